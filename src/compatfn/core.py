@@ -1,0 +1,748 @@
+"""Write a ``torch.autograd.Function`` once, setup_context style; run it on torch 1.8 ... newest.
+
+This module is the whole adapter. It imports only the standard library and torch and never names the
+package it lives in, so it can be copied ("vendored") into any package under any name.
+
+Example::
+
+    @function
+    class ClippedReLU(torch.autograd.Function):
+        @staticmethod
+        def forward(x, clip=1.0):
+            return x.clamp(0, clip)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            x, clip = inputs  # defaults are always filled in
+            ctx.save_for_backward((x > 0) & (x < clip))
+
+        @staticmethod
+        def backward(ctx, grad):
+            (mask,) = ctx.saved_tensors
+            return grad * mask  # the missing gradient for ``clip`` is padded with None
+
+    ClippedReLU.apply(x)            # every torch >= 1.8
+    ClippedReLU.apply(x, clip=2.0)  # keyword arguments too
+
+How it works. Everything is decided once, when a class is decorated:
+
+* torch >= 2.0 ("native" mode): the class keeps torch's own setup_context path. compatfn replaces
+  only ``apply``: it binds keyword and default arguments with a signature cached at decoration time
+  (skipping binding entirely when every argument is given positionally) and hands the tuple to
+  torch's C-level apply, which is cheaper than torch's own ``apply`` (that one runs
+  ``inspect.signature(forward).bind`` on every call since torch 2.2). While torch.func transforms
+  are active, or torch.compile traces, it delegates to torch's own ``apply``.
+* torch 1.x, ``legacy=True`` or ``COMPATFN_LEGACY=1`` ("legacy" mode): ``apply`` runs a hidden
+  subclass whose ``forward(ctx, *args)`` calls your ``forward(*args)`` and then your
+  ``setup_context(ctx, args, output)``; this is the form torch 1.x understands.
+* Classes already written in the legacy ``forward(ctx, *args)`` form are left as they are, apart
+  from an ``apply`` that also takes keyword arguments.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import re
+import sys
+from typing import Any, Callable, Dict, Optional, Tuple, TypeVar, Union, overload
+
+import torch
+
+__all__ = ["as_legacy", "features", "function", "functional", "mode"]
+
+_F = TypeVar("_F", bound=type)
+
+#: ``COMPATFN_LEGACY=1`` forces the legacy adapter on every class decorated while it is set.
+LEGACY_ENV = "COMPATFN_LEGACY"
+
+_Function = torch.autograd.Function
+_MISSING: Any = object()
+_INFO = "__autograd_compat__"  # attribute holding the decoration record on a decorated class
+_TORCH_BASES = frozenset(_Function.__mro__)
+
+
+def _parse_version(version: str) -> Tuple[int, int]:
+    # torch 1.8 has a plain str __version__, 1.10+ a TorchVersion; both parse the same way. Never
+    # compare version strings ("2.13" < "2.2").
+    match = re.match(r"(\d+)\.(\d+)", str(version))
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+TORCH_VERSION = _parse_version(torch.__version__)
+
+# --- what the running torch offers, detected once at import -------------------------------------
+
+# torch >= 2.0: ``setup_context`` exists and torch's apply runs forward without ctx when a class
+# overrides it.
+HAS_SETUP_CONTEXT = hasattr(_Function, "setup_context")
+_BASE_SETUP_CONTEXT = inspect.getattr_static(_Function, "setup_context", None)
+
+# The C-level apply (``_C._FunctionBase.apply``). Calling it bound to a class skips torch's Python
+# ``Function.apply`` wrapper (torch 2.0-2.14).
+_C_APPLY = torch._C._FunctionBase.__dict__["apply"]
+# torch's own ``Function.apply``: a Python classmethod on torch 2.0-2.14; torch 1.x and torch 2.15+
+# expose the C-level apply directly (2.15 moved default binding into C++, which still calls
+# ``inspect.signature(forward).bind`` for every setup_context-style call).
+_TORCH_APPLY = inspect.getattr_static(_Function, "apply")
+_C_APPLY_BINDS = HAS_SETUP_CONTEXT and _TORCH_APPLY is _C_APPLY
+
+# torch >= 2.0: torch.func transforms. torch's own apply must handle calls made under them.
+_transforms_active: Callable[[], bool] = getattr(
+    torch._C, "_are_functorch_transforms_active", lambda: False
+)
+try:  # torch 2.0-2.14 unwrap dead functorch wrappers in Function.apply; do exactly the same.
+    from torch._functorch.utils import unwrap_dead_wrappers as _unwrap_dead_wrappers
+except ImportError:  # torch 1.x (no functorch in core) or a torch that does it in C++
+    _unwrap_dead_wrappers = None
+
+
+# --- argument binding --------------------------------------------------------------------------
+
+
+class _Binder:
+    """Binds ``apply(*args, **kwargs)`` to forward's positional parameters like Python does.
+
+    Built once per class from forward's signature (without ctx); ``bind`` returns the positional
+    tuple torch needs, with defaults filled in up to ``fill`` (all of them, or only up to the last
+    argument given, for legacy-form classes whose inputs torch never filled).
+    """
+
+    __slots__ = ("defaults", "fill_all", "index", "names", "nreq", "owner", "posonly", "varargs")
+
+    def __init__(self, owner: str, params: list, fill_all: bool) -> None:
+        self.owner = owner
+        self.fill_all = fill_all
+        named = [p for p in params if p.kind is not p.VAR_POSITIONAL]
+        self.names = tuple(p.name for p in named)
+        self.varargs = len(named) != len(params)
+        self.defaults = tuple(_MISSING if p.default is p.empty else p.default for p in named)
+        self.nreq = next((i for i, d in enumerate(self.defaults) if d is not _MISSING), len(named))
+        self.posonly = frozenset(p.name for p in named if p.kind is p.POSITIONAL_ONLY)
+        self.index = {p.name: i for i, p in enumerate(named) if p.kind is not p.POSITIONAL_ONLY}
+
+    @property
+    def size(self) -> int:
+        return len(self.names)
+
+    def _error(self, message: str) -> TypeError:
+        return TypeError(f"{self.owner}.apply() {message}")
+
+    def _missing(self, missing: list) -> TypeError:
+        quoted = [repr(name) for name in missing]
+        listed = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+        plural = "s" if len(missing) > 1 else ""
+        return self._error(f"missing {len(missing)} required positional argument{plural}: {listed}")
+
+    def _check_keyword(self, name: str, given: int) -> int:
+        i = self.index.get(name)
+        if i is None:
+            if name in self.posonly:
+                raise self._error(
+                    f"got a positional-only argument passed as keyword argument: {name!r}"
+                )
+            raise self._error(f"got an unexpected keyword argument {name!r}")
+        if i < given:
+            raise self._error(f"got multiple values for argument {name!r}")
+        return i
+
+    def bind(self, args: tuple, kwargs: dict) -> tuple:
+        """Return the positional tuple for ``apply(*args, **kwargs)``, or raise TypeError."""
+        n, given = len(self.names), len(args)
+        if given > n:
+            if not self.varargs:
+                plural = "" if n == 1 else "s"
+                raise self._error(f"takes {n} positional argument{plural} but {given} were given")
+            for name in kwargs:  # every named parameter is already filled positionally
+                self._check_keyword(name, given)
+            return args
+        if self.fill_all:  # setup_context style: every default is filled in
+            values = [*args, *self.defaults[given:]]
+            index = self.index
+            for name, value in kwargs.items():
+                i = index.get(name, -1)
+                if i < given:
+                    self._check_keyword(name, given)  # raises the right TypeError
+                values[i] = value
+            if given < self.nreq:
+                self._check_required(values, given, self.nreq)
+            return tuple(values)
+        # legacy form: fill defaults only up to the last argument given, as a positional call would
+        values = list(args) + [_MISSING] * (n - given)
+        stop = max(given, self.nreq)
+        for name, value in kwargs.items():
+            i = self._check_keyword(name, given)
+            values[i] = value
+            stop = max(stop, i + 1)
+        for i in range(given, stop):
+            if values[i] is _MISSING:
+                values[i] = self.defaults[i]
+        self._check_required(values, given, stop)
+        return tuple(values[:stop])
+
+    def _check_required(self, values: list, start: int, stop: int) -> None:
+        missing = [self.names[i] for i in range(start, stop) if values[i] is _MISSING]
+        if missing:
+            raise self._missing(missing)
+
+
+# --- decoration-time checks --------------------------------------------------------------------
+
+
+def _fail(cls_name: str, problem: str, fix: str) -> TypeError:
+    return TypeError(f"{cls_name}: {problem}. {fix}")
+
+
+def _defined(cls: type, name: str) -> bool:
+    """True when a class between ``cls`` and torch's own classes defines ``name``."""
+    for klass in cls.__mro__:
+        if klass in _TORCH_BASES or klass.__module__ == "torch.autograd.function":
+            return False
+        if name in klass.__dict__:
+            return True
+    return False
+
+
+def _require_static(cls: type, name: str) -> None:
+    attr = inspect.getattr_static(cls, name)
+    if not isinstance(attr, staticmethod):
+        kind = type(attr).__name__
+        raise _fail(
+            cls.__qualname__,
+            f"{name} must be a @staticmethod, found a {kind}",
+            f"Put @staticmethod on {name} (autograd.Function methods are static).",
+        )
+
+
+def _torch_custom_fwd(fn: Callable) -> bool:
+    """True if ``fn`` is wrapped by torch's own ``custom_fwd`` (torch.amp or torch.cuda.amp)."""
+    while hasattr(fn, "__wrapped__"):
+        module = getattr(fn, "__module__", "") or ""
+        if module.startswith("torch.") and "custom_fwd" in getattr(fn, "__qualname__", ""):
+            return True
+        fn = fn.__wrapped__
+    return False
+
+
+def _positional_params(cls: type, fn: Callable, what: str) -> list:
+    params = list(inspect.signature(fn).parameters.values())
+    for p in params:
+        if p.kind is p.KEYWORD_ONLY or p.kind is p.VAR_KEYWORD:
+            shown = ("**" if p.kind is p.VAR_KEYWORD else "") + p.name
+            raise _fail(
+                cls.__qualname__,
+                f"{what} has the keyword-only parameter {shown!r}, which cannot reach "
+                "setup_context's inputs nor receive a gradient",
+                f"Make {p.name!r} an ordinary positional parameter (with a default if optional).",
+            )
+    return params
+
+
+class _Info:
+    """What decoration decided for one class (stored on it under ``__autograd_compat__``)."""
+
+    __slots__ = ("binder", "cls", "forced", "legacy_cls", "mode", "style", "twin")
+
+    def __init__(self, cls: type, mode: str, style: str, binder: _Binder, forced: bool) -> None:
+        self.cls = cls
+        self.mode = mode  # "native" or "legacy"
+        self.style = style  # "setup_context" or "legacy-form"
+        self.binder = binder
+        self.forced = forced
+        self.twin: Optional[type] = None  # legacy-form subclass running the adapter
+        self.legacy_cls: Optional[type] = None  # cache for as_legacy()
+
+
+def _info(cls: Any) -> _Info:
+    info = cls.__dict__.get(_INFO) if isinstance(cls, type) else None
+    if info is None:
+        name = getattr(cls, "__qualname__", repr(cls))
+        raise TypeError(f"{name} is not decorated with @function; decorate the class first.")
+    return info
+
+
+# --- the adapter -------------------------------------------------------------------------------
+
+
+def _pad_gradients(cls: type, backward: Callable, names: tuple) -> Callable:
+    """Wrap backward so a missing trailing gradient becomes None where no gradient is needed.
+
+    ``inputs`` always holds every parameter, defaults included, so torch expects one gradient per
+    parameter (torch >= 2.2 raises "incorrect number of gradients" where 2.0/2.1 accepted fewer).
+    compatfn behaves the same on every torch: it pads with None, or raises naming the parameter.
+    """
+
+    @functools.wraps(backward)
+    def padded(ctx: Any, *grads: Any) -> Any:
+        result = backward(ctx, *grads)
+        needs = ctx.needs_input_grad
+        count = len(result) if type(result) is tuple else 1
+        if count >= len(needs):
+            return result
+        if type(result) is not tuple:
+            result = (result,)
+        for i in range(count, len(needs)):
+            if needs[i]:
+                name = names[i] if i < len(names) else f"argument {i}"
+                raise RuntimeError(
+                    f"{cls.__qualname__}.backward returned {count} gradient(s) for {len(needs)} "
+                    f"inputs, but input {name!r} requires grad. Return one gradient (or None) per "
+                    "parameter of forward, defaulted ones included."
+                )
+        return result + (None,) * (len(needs) - count)
+
+    padded.__autograd_compat_padded__ = backward  # type: ignore[attr-defined]
+    return padded
+
+
+def _make_twin(cls: type, forward: Callable, setup_context: Callable) -> type:
+    """Make the legacy-form subclass: ``forward(ctx, *args)`` runs forward, then setup_context."""
+
+    def legacy_forward(ctx: Any, *args: Any) -> Any:
+        output = forward(*args)
+        setup_context(ctx, args, output)
+        return output
+
+    legacy_forward.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_ONLY),
+            *inspect.signature(forward).parameters.values(),
+        ]
+    )
+    namespace: Dict[str, Any] = {
+        "__module__": cls.__module__,
+        "__qualname__": f"{cls.__qualname__}.<legacy>",
+        "__doc__": cls.__doc__,
+        "forward": staticmethod(legacy_forward),
+        "apply": _TORCH_APPLY,  # torch's own, not the one compatfn puts on cls
+        _INFO: None,
+    }
+    if _BASE_SETUP_CONTEXT is not None:  # torch >= 2.0: hide setup_context, so forward gets ctx
+        namespace["setup_context"] = _BASE_SETUP_CONTEXT
+    twin = type(cls)(cls.__name__, (cls,), namespace)  # same __name__: grad_fn is <Name>Backward
+    backward_cls = twin._backward_cls
+    if not hasattr(backward_cls, "save_for_forward"):
+        # torch < 1.11 has no forward-mode AD for custom Functions, hence no ctx.save_for_forward;
+        # accept the call (there is nothing to save it for) so backward still works.
+        backward_cls.save_for_forward = lambda self, *tensors: None
+    return twin
+
+
+def _refusal(name: str) -> str:
+    return (
+        f"{name} runs on the legacy path (forced by legacy=True or {LEGACY_ENV}=1), which "
+        "torch.func transforms do not support. Do not force the legacy path for classes used "
+        "under torch.func."
+    )
+
+
+def _generic_apply(cls: type, args: tuple, kwargs: dict) -> Any:
+    # An undecorated subclass of a decorated class: behave as if compatfn were not there.
+    if cls.__dict__.get(_INFO, _MISSING) is _MISSING and not HAS_SETUP_CONTEXT:
+        raise TypeError(
+            f"{cls.__qualname__} subclasses a class decorated with @function but is not decorated "
+            "itself; decorate it with @function too."
+        )
+    return _TORCH_APPLY.__get__(None, cls)(*args, **kwargs)
+
+
+def _apply(
+    cls: type,
+    binder: _Binder,
+    run: Callable,
+    native: Optional[Callable] = None,
+    refuse: Optional[str] = None,
+    unwrap: Optional[Callable] = None,
+) -> Callable:
+    """Build ``cls.apply``: bind the arguments when needed, then ``run`` the positional tuple.
+
+    Under active torch.func transforms the call goes to ``native`` (torch's own apply on ``cls``),
+    or raises ``refuse`` where the class cannot run there. ``unwrap`` is torch's dead-wrapper
+    unwrapping, done on the fast path exactly as torch 2.0-2.14's own apply does it. The common
+    call (all arguments positional, none missing) costs two checks on top of ``run``.
+    """
+    size, bind, varargs = binder.size, binder.bind, binder.varargs
+
+    if not binder.fill_all:  # a legacy-form class: bind for keywords only, as torch would not
+
+        def apply(klass: type, *args: Any, **kwargs: Any) -> Any:
+            if klass is not cls:
+                return _generic_apply(klass, args, kwargs)
+            if kwargs:
+                args = bind(args, kwargs)
+            return run(*args)
+
+    elif native is None and refuse is None:  # torch 1.x: there are no transforms to look out for
+
+        def apply(klass: type, *args: Any, **kwargs: Any) -> Any:
+            if klass is not cls:
+                return _generic_apply(klass, args, kwargs)
+            if kwargs or (len(args) < size if varargs else len(args) != size):
+                args = bind(args, kwargs)
+            return run(*args)
+
+    else:
+
+        def apply(klass: type, *args: Any, **kwargs: Any) -> Any:
+            if klass is not cls:
+                return _generic_apply(klass, args, kwargs)
+            if kwargs or (len(args) < size if varargs else len(args) != size):
+                args = bind(args, kwargs)
+            if _transforms_active():
+                if native is None:
+                    raise RuntimeError(refuse)
+                return native(*args)
+            if unwrap is not None:
+                args = unwrap(args)
+            return run(*args)
+
+    return apply
+
+
+@overload
+def function(cls: _F, *, legacy: Optional[bool] = None) -> _F: ...
+
+
+@overload
+def function(cls: None = None, *, legacy: Optional[bool] = None) -> Callable[[_F], _F]: ...
+
+
+def function(
+    cls: Optional[_F] = None, *, legacy: Optional[bool] = None
+) -> Union[_F, Callable[[_F], _F]]:
+    """Make a setup_context-style ``torch.autograd.Function`` run on every torch from 1.8.
+
+    Returns the same class, with an ``apply`` that accepts keyword arguments and always passes
+    ``setup_context`` the full positional ``inputs`` (defaults filled in). ``legacy=True`` forces
+    the torch 1.x adapter on any torch (so does the environment variable ``COMPATFN_LEGACY=1``);
+    ``legacy=False`` ignores the variable.
+
+    Example::
+
+        @function
+        class Double(torch.autograd.Function):
+            @staticmethod
+            def forward(x):
+                return 2 * x
+
+            @staticmethod
+            def setup_context(ctx, inputs, output):
+                pass
+
+            @staticmethod
+            def backward(ctx, grad):
+                return 2 * grad
+
+        Double.apply(torch.ones(2, requires_grad=True))
+    """
+    if cls is None:
+        return functools.partial(function, legacy=legacy)  # type: ignore[return-value]
+    return _decorate(cls, legacy)
+
+
+def _decorate(cls: Any, legacy: Optional[bool]) -> Any:
+    if not isinstance(cls, type):
+        kind = type(cls).__name__
+        name = getattr(cls, "__qualname__", repr(cls))
+        raise TypeError(
+            f"@function decorates a torch.autograd.Function subclass, got the {kind} {name}. "
+            "Put it on the class statement."
+        )
+    if not issubclass(cls, _Function):
+        raise _fail(
+            cls.__qualname__,
+            "@function needs a torch.autograd.Function subclass",
+            f"Write `class {cls.__name__}(torch.autograd.Function)`.",
+        )
+    forced = bool(legacy) or (legacy is None and os.environ.get(LEGACY_ENV, "") not in ("", "0"))
+    existing = cls.__dict__.get(_INFO)
+    if existing is not None:  # decorating twice is harmless; contradicting the first is not
+        if legacy is not None and forced != existing.forced and existing.style == "setup_context":
+            raise _fail(
+                cls.__qualname__,
+                f"already decorated in {existing.mode} mode, now asked for legacy={legacy}",
+                "Decorate the class once; use as_legacy(cls) for a legacy-mode twin.",
+            )
+        return cls
+
+    name = cls.__qualname__
+    for method in ("forward", "setup_context", "backward", "vjp", "jvp", "vmap"):
+        if _defined(cls, method):
+            _require_static(cls, method)
+    if not _defined(cls, "forward"):
+        raise _fail(name, "no forward", "Define a @staticmethod forward(*args).")
+    if not (_defined(cls, "backward") or _defined(cls, "vjp")):
+        raise _fail(
+            name,
+            "no backward",
+            "Define a @staticmethod backward(ctx, *grad_outputs) returning one gradient per input.",
+        )
+    forward = cls.forward
+    params = _positional_params(cls, forward, "forward")
+    has_setup_context = _defined(cls, "setup_context")
+
+    if has_setup_context:
+        if params and params[0].name == "ctx":
+            raise _fail(
+                name,
+                "forward takes ctx but setup_context is also defined",
+                "Either drop ctx from forward (setup_context style: forward(*args) plus "
+                "setup_context(ctx, inputs, output)) or drop setup_context (legacy style).",
+            )
+        try:
+            inspect.signature(cls.setup_context).bind(None, None, None)
+        except TypeError:
+            raise _fail(
+                name,
+                "setup_context must accept (ctx, inputs, output)",
+                "Define @staticmethod setup_context(ctx, inputs, output).",
+            ) from None
+        if _torch_custom_fwd(forward):
+            raise _fail(
+                name,
+                "forward is decorated with torch's custom_fwd, which stores its autocast state on "
+                "forward's first argument (here your input tensor, not ctx) so backward fails "
+                "(pytorch issue #132388)",
+                f"Use custom_fwd / custom_bwd from {__name__} instead.",
+            )
+        style = "setup_context"
+        binder = _Binder(name, params, fill_all=True)
+    else:
+        if not params or params[0].kind is params[0].VAR_POSITIONAL:
+            raise _fail(
+                name,
+                "forward takes no ctx and there is no setup_context",
+                "Add @staticmethod setup_context(ctx, inputs, output) (setup_context style) or "
+                "give forward a leading ctx parameter (legacy style).",
+            )
+        style = "legacy-form"
+        binder = _Binder(name, params[1:], fill_all=False)
+
+    mode = "legacy" if style == "legacy-form" or forced or not HAS_SETUP_CONTEXT else "native"
+    info = _Info(cls, mode, style, binder, forced)
+    setattr(cls, _INFO, info)
+
+    if style == "setup_context":
+        # Wrap whichever of backward / vjp (its alias, torch >= 1.9) the class defines.
+        user_name = "backward" if _defined(cls, "backward") else "vjp"
+        backward = getattr(cls, user_name)
+        backward = getattr(backward, "__autograd_compat_padded__", backward)
+        if any(d is not _MISSING for d in binder.defaults):
+            backward = _pad_gradients(cls, backward, binder.names)
+        target = user_name if hasattr(_Function, "vjp") else "backward"  # torch 1.8: no vjp alias
+        if backward is not getattr(cls, target):
+            setattr(cls, target, staticmethod(backward))
+        if mode == "legacy" or _C_APPLY_BINDS:
+            info.twin = _make_twin(cls, forward, cls.setup_context)
+
+    if style == "legacy-form":
+        apply = _apply(cls, binder, _TORCH_APPLY.__get__(None, cls))
+    elif mode == "native" and _C_APPLY_BINDS:
+        # torch >= 2.15 binds defaults inside its C-level apply, calling inspect.signature(forward)
+        # .bind on every call. The legacy-form twin runs forward and setup_context identically
+        # without that cost; torch.func and torch.compile (which intercepts Fn.apply) use the class.
+        assert info.twin is not None
+        apply = _apply(cls, binder, _C_APPLY.__get__(None, info.twin), _C_APPLY.__get__(None, cls))
+    elif mode == "native":
+        # torch 2.0-2.14: torch's Python apply binds with inspect (2.2+) and then calls the C-level
+        # apply; call the latter with the tuple compatfn bound.
+        apply = _apply(
+            cls,
+            binder,
+            _C_APPLY.__get__(None, cls),
+            _TORCH_APPLY.__get__(None, cls),
+            unwrap=_unwrap_dead_wrappers,
+        )
+    else:
+        assert info.twin is not None
+        run = _TORCH_APPLY.__get__(None, info.twin)
+        if HAS_SETUP_CONTEXT:  # forced onto the legacy path on torch 2.x
+            apply = _apply(cls, binder, run, refuse=_refusal(name))
+        else:
+            apply = _apply(cls, binder, run)
+    apply.__doc__ = f"Apply {name}; arguments as for forward{inspect.signature(forward)}."
+    apply.__qualname__ = f"{name}.apply"
+    cls.apply = classmethod(apply)
+    return cls
+
+
+def mode(cls: type) -> str:
+    """Return ``"native"`` or ``"legacy"``: the path a decorated class takes on this torch.
+
+    Example::
+
+        mode(ClippedReLU)  # "native" on torch >= 2.0, "legacy" on torch 1.x
+    """
+    return _info(cls).mode
+
+
+def as_legacy(cls: _F) -> _F:
+    """Return a twin of decorated ``cls`` forced onto the legacy (torch 1.x) path.
+
+    Useful to check that both paths agree on a torch that has both (``compatfn.testing`` does).
+    The twin subclasses ``cls`` and keeps its name, so ``grad_fn`` is still ``<Name>Backward``.
+
+    Example::
+
+        LegacyReLU = as_legacy(ReLU)
+        assert mode(LegacyReLU) == "legacy"
+    """
+    info = _info(cls)
+    if info.mode == "legacy":
+        return cls
+    if info.legacy_cls is None:
+        namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+        info.legacy_cls = _decorate(type(cls)(cls.__name__, (cls,), namespace), legacy=True)
+    return info.legacy_cls  # type: ignore[return-value]
+
+
+def functional(cls: type) -> Callable[..., Any]:
+    """Return a plain function that calls ``cls.apply``, with forward's signature and docstring.
+
+    This is the form libraries expose (``my_op = MyFunction.apply``), keyword arguments included.
+
+    Example::
+
+        clipped_relu = functional(ClippedReLU)
+        clipped_relu(x, clip=2.0)
+    """
+    info = _info(cls)
+    forward = cls.forward if info.style == "setup_context" else _drop_ctx(cls.forward)
+    apply = cls.apply
+
+    @functools.wraps(forward)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return apply(*args, **kwargs)
+
+    call.__doc__ = forward.__doc__ or cls.__doc__
+    return call
+
+
+def _drop_ctx(forward: Callable) -> Callable:
+    signature = inspect.signature(forward)
+    shown = signature.replace(parameters=list(signature.parameters.values())[1:])
+
+    @functools.wraps(forward)
+    def without_ctx(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never called
+        return forward(*args, **kwargs)
+
+    without_ctx.__signature__ = shown  # type: ignore[attr-defined]
+    return without_ctx
+
+
+# --- feature report ----------------------------------------------------------------------------
+
+
+def _probe(fn: Callable[[], Any]) -> bool:
+    try:
+        return bool(fn())
+    except Exception:
+        return False
+
+
+def _probe_kwargs() -> bool:
+    class Probe(_Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any, scale: float = 1.0) -> Any:
+            return x * scale
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            return grad, None
+
+    return Probe.apply(torch.ones(1), scale=2.0) is not None
+
+
+def _probe_defaults() -> bool:
+    seen = []
+
+    class Probe(_Function):
+        @staticmethod
+        def forward(x: Any, scale: float = 1.0) -> Any:
+            return x * scale
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+            seen.append(len(inputs))
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            return grad, None
+
+    Probe.apply(torch.ones(1))
+    return seen == [2]
+
+
+def _probe_forward_ad() -> bool:
+    import torch.autograd.forward_ad as fwAD
+
+    class Probe(_Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any) -> Any:
+            return x * 2
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            return grad * 2
+
+        @staticmethod
+        def jvp(ctx: Any, tangent: Any) -> Any:
+            return tangent * 2
+
+    with fwAD.dual_level():
+        out = Probe.apply(fwAD.make_dual(torch.ones(1), torch.ones(1)))
+        return fwAD.unpack_dual(out).tangent is not None
+
+
+def _compile_support() -> str:
+    if not hasattr(torch, "compile"):
+        return "unavailable: torch.compile needs torch >= 2.0"
+    try:
+        import torch._dynamo as dynamo
+    except Exception as error:  # pragma: no cover - broken install
+        return f"unavailable: torch._dynamo fails to import ({error})"
+    # torch 2.0 has only eval_frame.check_if_dynamo_supported (raises); 2.1+ is_dynamo_supported.
+    check = getattr(getattr(dynamo, "eval_frame", None), "check_if_dynamo_supported", None)
+    try:
+        if check is not None:
+            check()
+        elif not getattr(dynamo, "is_dynamo_supported", lambda: True)():
+            raise RuntimeError("dynamo is not supported here")
+    except Exception as error:
+        return (
+            f"unavailable: torch {torch.__version__} on Python "
+            f"{sys.version_info[0]}.{sys.version_info[1]}: {error}"
+        )
+    # Only a version tells: torch 2.4 compiles setup_context-style Functions (pytorch #118397);
+    # 2.1-2.3 raise "NYI - autograd.Function with custom setup_context method".
+    if TORCH_VERSION >= (2, 4):
+        return "native: Fn.apply and functional(Fn) compile with fullgraph=True"
+    return "functional: only functional(Fn) wrappers and legacy=True classes compile"
+
+
+def features() -> Dict[str, Any]:
+    """Report what the running torch offers for custom Functions, each feature detected.
+
+    Example::
+
+        >>> features()["setup_context"]
+        True
+    """
+    import importlib.util
+
+    amp = getattr(torch, "amp", None)
+    cpu_autocast = getattr(getattr(torch, "cpu", None), "amp", None)
+    return {
+        "torch": str(torch.__version__),
+        "setup_context": HAS_SETUP_CONTEXT,
+        "apply_kwargs": _probe(_probe_kwargs),
+        "default_binding": HAS_SETUP_CONTEXT and _probe(_probe_defaults),
+        "forward_ad": importlib.util.find_spec("torch.autograd.forward_ad") is not None
+        and _probe(_probe_forward_ad),
+        "torch_func": importlib.util.find_spec("torch.func") is not None
+        and hasattr(_Function, "generate_vmap_rule"),
+        "compile": _compile_support(),
+        "amp_device_generic": hasattr(amp, "custom_fwd"),
+        "cpu_autocast": cpu_autocast is not None and hasattr(cpu_autocast, "autocast"),
+    }

@@ -1,0 +1,526 @@
+"""Issue 2, points 1-6: paths, inputs/output, keyword arguments, grad mode, ctx features, backward.
+
+Every test runs on whatever torch the session installed; ``COMPATFN_LEGACY=1`` sessions run the same
+tests through the legacy adapter.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from torch.autograd import gradcheck, gradgradcheck
+from torch.autograd.function import once_differentiable
+
+import compatfn
+from compatfn import core
+
+FORCED = os.environ.get("COMPATFN_LEGACY", "") not in ("", "0")
+NATIVE_TORCH = hasattr(torch.autograd.Function, "setup_context")  # torch >= 2.0
+EXPECTED_MODE = "native" if NATIVE_TORCH and not FORCED else "legacy"
+# torch.testing.assert_close arrived in torch 1.9; 1.8 has assert_allclose.
+assert_close = getattr(torch.testing, "assert_close", None) or torch.testing.assert_allclose
+
+
+def double(*shape: int, device: str = "cpu") -> torch.Tensor:
+    return torch.randn(*shape, dtype=torch.float64, device=device, requires_grad=True)
+
+
+@compatfn.function
+class ClippedReLU(torch.autograd.Function):
+    """y = min(max(x, 0), clip)."""
+
+    @staticmethod
+    def forward(x, clip=1.0):
+        return x.clamp(0, clip)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, clip = inputs
+        ctx.save_for_backward((x > 0) & (x < clip))
+
+    @staticmethod
+    def backward(ctx, grad):
+        (mask,) = ctx.saved_tensors
+        return grad * mask, None
+
+
+# --- 1. paths --------------------------------------------------------------------------------
+
+
+def test_mode_follows_torch_and_environment():
+    assert compatfn.mode(ClippedReLU) == EXPECTED_MODE
+
+
+def test_legacy_true_forces_adapter_on_any_torch():
+    @compatfn.function(legacy=True)
+    class Forced(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x * 3
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 3
+
+    assert compatfn.mode(Forced) == "legacy"
+    x = double(4)
+    Forced.apply(x).sum().backward()
+    assert torch.equal(x.grad, torch.full_like(x, 3))
+
+
+def test_legacy_false_ignores_environment(monkeypatch):
+    monkeypatch.setenv("COMPATFN_LEGACY", "1")
+
+    @compatfn.function(legacy=False)
+    class Plain(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x.clone()
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    assert compatfn.mode(Plain) == ("native" if NATIVE_TORCH else "legacy")
+
+
+@pytest.mark.parametrize("value, forced", [("1", True), ("0", False), ("", False)])
+def test_environment_variable_read_at_decoration(monkeypatch, value, forced):
+    monkeypatch.setenv("COMPATFN_LEGACY", value)
+
+    @compatfn.function
+    class Env(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x.clone()
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    monkeypatch.setenv("COMPATFN_LEGACY", "0" if forced else "1")  # no effect after decoration
+    expected = "legacy" if forced or not NATIVE_TORCH else "native"
+    assert compatfn.mode(Env) == expected
+    assert torch.equal(Env.apply(torch.ones(2)), torch.ones(2))
+
+
+def test_legacy_twin_agrees_with_class(device):
+    x = double(7, device=device)
+    legacy = compatfn.as_legacy(ClippedReLU)
+    assert compatfn.mode(legacy) == "legacy"
+    assert legacy.__name__ == "ClippedReLU"
+    assert issubclass(legacy, ClippedReLU)
+    y1, y2 = ClippedReLU.apply(x, 0.5), legacy.apply(x, clip=0.5)
+    assert torch.equal(y1, y2)
+    g1 = torch.autograd.grad(y1.sum(), x)[0]
+    g2 = torch.autograd.grad(y2.sum(), x)[0]
+    assert torch.equal(g1, g2)
+    assert compatfn.as_legacy(ClippedReLU) is legacy  # cached
+
+
+# --- 2. inputs and output ----------------------------------------------------------------------
+
+
+def recorder(forward_fn, log):
+    @compatfn.function
+    class Recorder(torch.autograd.Function):
+        forward = staticmethod(forward_fn)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            log.append((inputs, output))
+
+        @staticmethod
+        def backward(ctx, *grads):
+            return tuple(None for _ in ctx.needs_input_grad)
+
+    return Recorder
+
+
+def test_inputs_hold_defaults_and_output_is_unwrapped(device):
+    log: list = []
+
+    def forward(x, scale=2.0, shift=None):
+        return x * scale
+
+    fn = recorder(forward, log)
+    x = double(3, device=device)
+    y = fn.apply(x)
+    inputs, output = log[-1]
+    assert type(inputs) is tuple
+    assert inputs[0] is x and inputs[1:] == (2.0, None)
+    assert output is y or (isinstance(output, torch.Tensor) and output.data_ptr() == y.data_ptr())
+    assert isinstance(output, torch.Tensor)  # a single tensor is not wrapped in a tuple
+
+    fn.apply(x, shift="s", scale=3.0)
+    assert log[-1][0][1:] == (3.0, "s")
+
+
+def test_tuple_output_passed_as_returned():
+    log: list = []
+
+    def forward(x):
+        return x * 2, x * 3
+
+    fn = recorder(forward, log)
+    a, b = fn.apply(double(2))
+    output = log[-1][1]
+    assert type(output) is tuple and len(output) == 2
+
+
+@pytest.mark.skipif(
+    core.TORCH_VERSION < (1, 9), reason="torch 1.8 rejects non-tensor outputs from forward"
+)
+def test_non_tensor_output_passed_through():
+    log: list = []
+
+    def forward(x):
+        return x * 2, 7
+
+    fn = recorder(forward, log)
+    y, seven = fn.apply(double(2))
+    assert seven == 7 and log[-1][1][1] == 7
+
+
+def test_varargs_forward():
+    log: list = []
+
+    def forward(x, *rest):
+        return x + sum(rest)
+
+    fn = recorder(forward, log)
+    x = double(2)
+    fn.apply(x, 1.0, 2.0)
+    assert log[-1][0][1:] == (1.0, 2.0)
+    fn.apply(x)
+    assert log[-1][0][1:] == ()
+
+
+# --- 3. keyword arguments ----------------------------------------------------------------------
+
+
+def test_keyword_arguments_on_every_torch(device):
+    x = double(8, device=device)
+    assert torch.equal(ClippedReLU.apply(x, clip=0.25), x.clamp(0, 0.25))
+    assert torch.equal(ClippedReLU.apply(x=x, clip=0.25), x.clamp(0, 0.25))
+    assert torch.equal(ClippedReLU.apply(x), x.clamp(0, 1.0))
+    assert gradcheck(lambda t: ClippedReLU.apply(t, clip=0.7), (double(6, device=device),))
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda x: ClippedReLU.apply(x, 1.0, 2.0), "takes 2 positional arguments but 3"),
+        (lambda x: ClippedReLU.apply(x, cilp=1.0), "unexpected keyword argument 'cilp'"),
+        (lambda x: ClippedReLU.apply(x, x=x), "multiple values for argument 'x'"),
+        (lambda x: ClippedReLU.apply(clip=1.0), "missing 1 required positional argument: 'x'"),
+    ],
+)
+def test_binding_errors_name_the_function(call, message):
+    with pytest.raises(TypeError) as error:
+        call(double(2))
+    assert str(error.value).startswith("ClippedReLU.apply()")
+    assert message in str(error.value)
+
+
+# --- 4. grad mode ------------------------------------------------------------------------------
+
+
+def test_grad_mode_off_in_forward_and_setup_context():
+    seen = []
+
+    @compatfn.function
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            seen.append(torch.is_grad_enabled())
+            return x.clone()
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            seen.append(torch.is_grad_enabled())
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    Probe.apply(double(2))
+    assert seen == [False, False]
+
+
+# --- 5. ctx features ---------------------------------------------------------------------------
+
+
+@compatfn.function
+class Exp(torch.autograd.Function):
+    """Saves its output; backward and jvp read it."""
+
+    @staticmethod
+    def forward(x):
+        return x.exp()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+        if hasattr(ctx, "save_for_forward"):
+            ctx.save_for_forward(output)
+        ctx.note = "kept"  # a non-tensor attribute
+
+    @staticmethod
+    def backward(ctx, grad):
+        assert ctx.note == "kept"
+        (y,) = ctx.saved_tensors
+        return grad * y
+
+    @staticmethod
+    def jvp(ctx, tangent):
+        (y,) = ctx.saved_tensors
+        return tangent * y
+
+
+def test_save_output_and_double_backward(device):
+    x = double(5, device=device)
+    assert gradcheck(Exp.apply, (x,))
+    assert gradgradcheck(Exp.apply, (x,))
+
+
+@pytest.mark.skipif(
+    not compatfn.features()["forward_ad"], reason="this torch has no forward AD for Functions"
+)
+def test_save_for_forward_and_jvp(device):
+    import torch.autograd.forward_ad as fwAD
+
+    x = torch.randn(4, dtype=torch.float64, device=device)
+    t = torch.randn(4, dtype=torch.float64, device=device)
+    with fwAD.dual_level():
+        y = Exp.apply(fwAD.make_dual(x, t))
+        tangent = fwAD.unpack_dual(y).tangent
+    assert_close(tangent, t * x.exp())
+
+
+def test_save_for_forward_is_accepted_everywhere():
+    @compatfn.function
+    class SavesForForward(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x * 2
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_forward(inputs[0])  # absent from torch < 1.11's ctx: compatfn accepts it
+            ctx.save_for_backward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 2
+
+    x = double(3)
+    SavesForForward.apply(x).sum().backward()
+    assert torch.equal(x.grad, torch.full_like(x, 2))
+
+
+@compatfn.function
+class InplaceDouble(torch.autograd.Function):
+    @staticmethod
+    def forward(x):
+        return x.mul_(2)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.mark_dirty(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+def test_mark_dirty(device):
+    leaf = double(4, device=device)
+    x = leaf.clone()
+    y = InplaceDouble.apply(x)
+    assert y is x
+    assert x._version > 0
+    y.sum().backward()
+    assert torch.equal(leaf.grad, torch.full_like(leaf, 2))
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        InplaceDouble.apply(double(2, device=device))
+
+
+def test_mark_non_differentiable_and_materialize_grads():
+    seen = []
+
+    @compatfn.function
+    class SortWithIndex(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            values, index = x.sort()
+            return values, index
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            values, index = output
+            ctx.mark_non_differentiable(index)
+            ctx.set_materialize_grads(False)
+            ctx.save_for_backward(index)
+            ctx.size = inputs[0].shape
+
+        @staticmethod
+        def backward(ctx, grad_values, grad_index):
+            seen.append((grad_values is None, grad_index is None))
+            (index,) = ctx.saved_tensors
+            out = torch.zeros(ctx.size, dtype=grad_values.dtype)
+            return out.scatter(0, index, grad_values)
+
+    x = double(5)
+    values, index = SortWithIndex.apply(x)
+    assert not index.requires_grad and values.requires_grad
+    values.sum().backward()
+    assert seen == [(False, True)]  # not materialized: the unused index gradient stays None
+    assert torch.equal(x.grad, torch.ones_like(x))
+
+
+def test_needs_input_grad():
+    seen = []
+
+    @compatfn.function
+    class Mul(torch.autograd.Function):
+        @staticmethod
+        def forward(a, b, scale=1.0):
+            return a * b * scale
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            a, b, scale = inputs
+            ctx.save_for_backward(a, b)
+            ctx.scale = scale
+
+        @staticmethod
+        def backward(ctx, grad):
+            seen.append(tuple(ctx.needs_input_grad))
+            a, b = ctx.saved_tensors
+            grad_a = grad * b * ctx.scale if ctx.needs_input_grad[0] else None
+            grad_b = grad * a * ctx.scale if ctx.needs_input_grad[1] else None
+            return grad_a, grad_b, None
+
+    a, b = double(3), torch.randn(3, dtype=torch.float64)
+    Mul.apply(a, b, scale=2.0).sum().backward()
+    assert seen == [(True, False, False)]
+    assert torch.equal(a.grad, 2 * b)
+
+
+# --- 6. backward: double backward, once_differentiable, nesting, gradient count -------------------
+
+
+@compatfn.function
+class Cube(torch.autograd.Function):
+    @staticmethod
+    def forward(x):
+        return x**3
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * 3 * Square.apply(x)  # another compatfn Function inside backward
+
+
+@compatfn.function
+class Square(torch.autograd.Function):
+    @staticmethod
+    def forward(x):
+        return x * x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad
+
+
+def test_double_backward_through_nested_functions(device):
+    x = double(4, device=device)
+    assert gradcheck(Cube.apply, (x,))
+    assert gradgradcheck(Cube.apply, (x,))
+    (g,) = torch.autograd.grad(Cube.apply(x).sum(), x, create_graph=True)
+    (gg,) = torch.autograd.grad(g.sum(), x)
+    assert_close(gg, 6 * x.detach())
+
+
+def test_once_differentiable():
+    @compatfn.function
+    class Once(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x * x
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return 2 * x * grad
+
+    x = double(3)
+    assert gradcheck(Once.apply, (x,))
+    v = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(Once.apply(x), x, grad_outputs=v, create_graph=True)
+    with pytest.raises(RuntimeError, match="(?i)once_differentiable|twice"):
+        g.sum().backward()
+
+
+def make_short_backward():
+    @compatfn.function
+    class Short(torch.autograd.Function):
+        @staticmethod
+        def forward(x, scale=2.0):
+            return x * scale
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.scale = inputs[1]
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * ctx.scale  # no gradient returned for ``scale``
+
+    return Short
+
+
+def test_missing_trailing_gradient_is_padded(device):
+    short = make_short_backward()
+    x = double(3, device=device)
+    short.apply(x).sum().backward()  # torch >= 2.2 alone: "incorrect number of gradients"
+    assert torch.equal(x.grad, torch.full_like(x, 2))
+    x.grad = None
+    short.apply(x, scale=torch.tensor(3.0, dtype=torch.float64, device=device)).sum().backward()
+    assert torch.equal(x.grad, torch.full_like(x, 3))
+
+
+def test_missing_gradient_that_is_needed_raises_naming_parameter():
+    short = make_short_backward()
+    x, scale = double(3), torch.tensor(3.0, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(RuntimeError, match="Short.backward returned 1 gradient.*'scale'"):
+        short.apply(x, scale).sum().backward()
