@@ -177,7 +177,7 @@ def test_tuple_output_passed_as_returned():
         return x * 2, x * 3
 
     fn = recorder(forward, log)
-    a, b = fn.apply(double(2))
+    fn.apply(double(2))
     output = log[-1][1]
     assert type(output) is tuple and len(output) == 2
 
@@ -192,7 +192,7 @@ def test_non_tensor_output_passed_through():
         return x * 2, 7
 
     fn = recorder(forward, log)
-    y, seven = fn.apply(double(2))
+    _, seven = fn.apply(double(2))
     assert seven == 7 and log[-1][1][1] == 7
 
 
@@ -372,7 +372,7 @@ def test_mark_non_differentiable_and_materialize_grads():
 
         @staticmethod
         def setup_context(ctx, inputs, output):
-            values, index = output
+            _, index = output
             ctx.mark_non_differentiable(index)
             ctx.set_materialize_grads(False)
             ctx.save_for_backward(index)
@@ -487,7 +487,7 @@ def test_once_differentiable():
     assert gradcheck(Once.apply, (x,))
     v = torch.ones(3, dtype=torch.float64, requires_grad=True)
     (g,) = torch.autograd.grad(Once.apply(x), x, grad_outputs=v, create_graph=True)
-    with pytest.raises(RuntimeError, match="(?i)once_differentiable|twice"):
+    with pytest.raises(RuntimeError, match=r"(?i)once_differentiable|twice"):
         g.sum().backward()
 
 
@@ -522,5 +522,5 @@ def test_missing_trailing_gradient_is_padded(device):
 def test_missing_gradient_that_is_needed_raises_naming_parameter():
     short = make_short_backward()
     x, scale = double(3), torch.tensor(3.0, dtype=torch.float64, requires_grad=True)
-    with pytest.raises(RuntimeError, match="Short.backward returned 1 gradient.*'scale'"):
+    with pytest.raises(RuntimeError, match=r"Short\.backward returned 1 gradient.*'scale'"):
         short.apply(x, scale).sum().backward()

@@ -26,17 +26,21 @@ Example::
 
 How it works. Everything is decided once, when a class is decorated:
 
-* torch >= 2.0 ("native" mode): the class keeps torch's own setup_context path. compatfn replaces
-  only ``apply``: it binds keyword and default arguments with a signature cached at decoration time
-  (skipping binding entirely when every argument is given positionally) and hands the tuple to
-  torch's C-level apply, which is cheaper than torch's own ``apply`` (that one runs
-  ``inspect.signature(forward).bind`` on every call since torch 2.2). While torch.func transforms
-  are active, or torch.compile traces, it delegates to torch's own ``apply``.
-* torch 1.x, ``legacy=True`` or ``COMPATFN_LEGACY=1`` ("legacy" mode): ``apply`` runs a hidden
+* torch >= 2.0 ("native" mode): the class keeps torch's own setup_context path; only ``apply`` is
+  replaced. It binds keyword and default arguments with a signature cached at decoration (and
+  skips binding when every argument is given positionally), then calls torch's C-level apply,
+  which is cheaper than torch's own ``apply`` (that one runs ``inspect.signature(forward).bind``
+  on every call since torch 2.2; torch 2.15 moved that call into the C-level apply, so there the
+  bound tuple goes to the legacy-form twin below, which runs forward and setup_context the same
+  way). Under torch.func transforms it delegates to torch's own ``apply``; torch.compile
+  intercepts ``Fn.apply`` before it runs.
+* torch 1.x, ``legacy=True`` or ``COMPATFN_LEGACY=1`` ("legacy" mode): ``apply`` runs a twin, a
   subclass whose ``forward(ctx, *args)`` calls your ``forward(*args)`` and then your
-  ``setup_context(ctx, args, output)``; this is the form torch 1.x understands.
+  ``setup_context(ctx, args, output)``: the form torch 1.x understands.
 * Classes already written in the legacy ``forward(ctx, *args)`` form are left as they are, apart
   from an ``apply`` that also takes keyword arguments.
+* When forward has defaulted parameters, backward is wrapped to pad missing trailing gradients
+  with None (see ``_pad_gradients``).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ import inspect
 import os
 import re
 import sys
+import warnings
 from typing import Any, Callable, Dict, Optional, Tuple, TypeVar, Union, overload
 
 import torch
@@ -152,8 +157,8 @@ class _Binder:
         n, given = len(self.names), len(args)
         if given > n:
             if not self.varargs:
-                plural = "" if n == 1 else "s"
-                raise self._error(f"takes {n} positional argument{plural} but {given} were given")
+                plural, verb = "" if n == 1 else "s", "was" if given == 1 else "were"
+                raise self._error(f"takes {n} positional argument{plural} but {given} {verb} given")
             for name in kwargs:  # every named parameter is already filled positionally
                 self._check_keyword(name, given)
             return args
@@ -218,8 +223,10 @@ def _require_static(cls: type, name: str) -> None:
 def _torch_custom_fwd(fn: Callable) -> bool:
     """True if ``fn`` is wrapped by torch's own ``custom_fwd`` (torch.amp or torch.cuda.amp)."""
     while hasattr(fn, "__wrapped__"):
-        module = getattr(fn, "__module__", "") or ""
-        if module.startswith("torch.") and "custom_fwd" in getattr(fn, "__qualname__", ""):
+        # functools.wraps copies the user's names onto torch's wrapper; its code and globals stay.
+        code = getattr(fn, "__code__", None)
+        module = getattr(fn, "__globals__", {}).get("__name__", "")
+        if code is not None and code.co_name == "decorate_fwd" and module.startswith("torch."):
             return True
         fn = fn.__wrapped__
     return False
@@ -270,7 +277,7 @@ def _pad_gradients(cls: type, backward: Callable, names: tuple) -> Callable:
 
     ``inputs`` always holds every parameter, defaults included, so torch expects one gradient per
     parameter (torch >= 2.2 raises "incorrect number of gradients" where 2.0/2.1 accepted fewer).
-    compatfn behaves the same on every torch: it pads with None, or raises naming the parameter.
+    The adapter behaves the same on every torch: it pads with None, or raises naming the parameter.
     """
 
     @functools.wraps(backward)
@@ -315,7 +322,7 @@ def _make_twin(cls: type, forward: Callable, setup_context: Callable) -> type:
         "__qualname__": f"{cls.__qualname__}.<legacy>",
         "__doc__": cls.__doc__,
         "forward": staticmethod(legacy_forward),
-        "apply": _TORCH_APPLY,  # torch's own, not the one compatfn puts on cls
+        "apply": _TORCH_APPLY,  # torch's own, not the one decoration puts on cls
         _INFO: None,
     }
     if _BASE_SETUP_CONTEXT is not None:  # torch >= 2.0: hide setup_context, so forward gets ctx
@@ -338,7 +345,7 @@ def _refusal(name: str) -> str:
 
 
 def _generic_apply(cls: type, args: tuple, kwargs: dict) -> Any:
-    # An undecorated subclass of a decorated class: behave as if compatfn were not there.
+    # An undecorated subclass of a decorated class: behave as if undecorated.
     if cls.__dict__.get(_INFO, _MISSING) is _MISSING and not HAS_SETUP_CONTEXT:
         raise TypeError(
             f"{cls.__qualname__} subclasses a class decorated with @function but is not decorated "
@@ -509,12 +516,14 @@ def _decorate(cls: Any, legacy: Optional[bool]) -> Any:
         style = "setup_context"
         binder = _Binder(name, params, fill_all=True)
     else:
-        if not params or params[0].kind is params[0].VAR_POSITIONAL:
+        first = params[0].name if params and params[0].kind is not params[0].VAR_POSITIONAL else ""
+        if not (first.startswith("ctx") or first in ("context", "self", "_")):
             raise _fail(
                 name,
-                "forward takes no ctx and there is no setup_context",
-                "Add @staticmethod setup_context(ctx, inputs, output) (setup_context style) or "
-                "give forward a leading ctx parameter (legacy style).",
+                f"forward's first parameter is {first or 'missing'!r}, not ctx, and there is no "
+                "setup_context",
+                "Add @staticmethod setup_context(ctx, inputs, output) (setup_context style), or "
+                "give forward a leading parameter named ctx (legacy style).",
             )
         style = "legacy-form"
         binder = _Binder(name, params[1:], fill_all=False)
@@ -546,7 +555,7 @@ def _decorate(cls: Any, legacy: Optional[bool]) -> Any:
         apply = _apply(cls, binder, _C_APPLY.__get__(None, info.twin), _C_APPLY.__get__(None, cls))
     elif mode == "native":
         # torch 2.0-2.14: torch's Python apply binds with inspect (2.2+) and then calls the C-level
-        # apply; call the latter with the tuple compatfn bound.
+        # apply; call the latter with the tuple bound here.
         apply = _apply(
             cls,
             binder,
@@ -580,7 +589,7 @@ def mode(cls: type) -> str:
 def as_legacy(cls: _F) -> _F:
     """Return a twin of decorated ``cls`` forced onto the legacy (torch 1.x) path.
 
-    Useful to check that both paths agree on a torch that has both (``compatfn.testing`` does).
+    Useful to check that both paths agree on a torch that has both (the testing helpers do).
     The twin subclasses ``cls`` and keeps its name, so ``grad_fn`` is still ``<Name>Backward``.
 
     Example::
@@ -699,7 +708,9 @@ def _compile_support() -> str:
     if not hasattr(torch, "compile"):
         return "unavailable: torch.compile needs torch >= 2.0"
     try:
-        import torch._dynamo as dynamo
+        with warnings.catch_warnings():  # torch 2.15 warns about torch.jit while importing dynamo
+            warnings.simplefilter("ignore")
+            import torch._dynamo as dynamo
     except Exception as error:  # pragma: no cover - broken install
         return f"unavailable: torch._dynamo fails to import ({error})"
     # torch 2.0 has only eval_frame.check_if_dynamo_supported (raises); 2.1+ is_dynamo_supported.

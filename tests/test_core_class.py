@@ -1,0 +1,313 @@
+"""Issue 2, points 7-9 and 11: class hygiene, decoration errors, legacy-form classes, no patching,
+thread safety, memory, and the feature report."""
+
+from __future__ import annotations
+
+import gc
+import inspect
+import pickle
+import subprocess
+import sys
+import threading
+import weakref
+
+import pytest
+import torch
+
+import compatfn
+from compatfn import core
+
+NATIVE_TORCH = hasattr(torch.autograd.Function, "setup_context")
+
+
+@compatfn.function
+class Scale(torch.autograd.Function):
+    """Multiply by a constant."""
+
+    @staticmethod
+    def forward(x, factor=2.0):
+        """Return x * factor."""
+        return x * factor
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.factor = inputs[1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.factor, None
+
+
+# --- 7. class hygiene --------------------------------------------------------------------------
+
+
+def test_decorator_returns_the_same_class():
+    assert Scale.__name__ == "Scale"
+    assert Scale.__qualname__ == "Scale"
+    assert Scale.__module__ == __name__
+    assert Scale.__doc__ == "Multiply by a constant."
+    assert issubclass(Scale, torch.autograd.Function)
+    assert Scale.forward.__doc__ == "Return x * factor."
+
+
+def test_grad_fn_name():
+    y = Scale.apply(torch.ones(2, requires_grad=True))
+    assert type(y.grad_fn).__name__ == "ScaleBackward"
+    assert y.grad_fn.name() == "ScaleBackward"
+
+
+def test_signature_shows_user_parameters():
+    assert list(inspect.signature(Scale.forward).parameters) == ["x", "factor"]
+    assert "x, factor=2.0" in Scale.apply.__doc__
+
+
+def test_pickled_by_reference():
+    assert pickle.loads(pickle.dumps(Scale)) is Scale
+
+
+def test_decorating_twice_is_harmless():
+    again = compatfn.function(Scale)
+    assert again is Scale
+    x = torch.ones(3, requires_grad=True)
+    Scale.apply(x).sum().backward()
+    assert torch.equal(x.grad, torch.full_like(x, 2))
+
+
+def test_decorating_twice_with_contradicting_mode_raises():
+    if compatfn.mode(Scale) == "legacy":
+        pytest.skip("Scale already runs on the legacy path here (torch 1.x or COMPATFN_LEGACY=1)")
+    with pytest.raises(TypeError, match="Scale: already decorated in native mode"):
+        compatfn.function(legacy=True)(Scale)
+
+
+def test_legacy_form_class_is_kept_and_gains_keywords():
+    @compatfn.function
+    class OldStyle(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, factor=2.0, offset=0.0):
+            ctx.factor = factor
+            return x * factor + offset
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * ctx.factor  # one gradient, as torch accepts for apply(x)
+
+    assert compatfn.mode(OldStyle) == "legacy"
+    assert list(inspect.signature(OldStyle.forward).parameters) == ["ctx", "x", "factor", "offset"]
+    x = torch.ones(2, dtype=torch.float64, requires_grad=True)
+    OldStyle.apply(x).sum().backward()  # defaults are not added to the inputs of a legacy form
+    assert torch.equal(x.grad, torch.full_like(x, 2))
+    assert torch.equal(OldStyle.apply(x, offset=1.0, factor=3.0), x * 3 + 1)
+    with pytest.raises(TypeError, match=r"OldStyle.apply\(\) got an unexpected keyword"):
+        OldStyle.apply(x, scale=1.0)
+
+
+def test_undecorated_subclass_behaves_as_torch_would():
+    class Sub(Scale):
+        pass
+
+    if not NATIVE_TORCH:
+        with pytest.raises(TypeError, match="Sub subclasses a class decorated with @function"):
+            Sub.apply(torch.ones(1))
+    else:
+        assert torch.equal(Sub.apply(torch.ones(1), 3.0), torch.full((1,), 3.0))
+
+
+def test_decorated_subclass_gets_its_own_binding():
+    @compatfn.function
+    class Shifted(Scale):
+        @staticmethod
+        def forward(x, factor=2.0, shift=1.0):
+            return x * factor + shift
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.factor = inputs[1]
+
+    assert torch.equal(Shifted.apply(torch.zeros(1), shift=5.0), torch.full((1,), 5.0))
+    assert torch.equal(Scale.apply(torch.ones(1)), torch.full((1,), 2.0))
+
+
+# --- 8. decoration errors ----------------------------------------------------------------------
+
+
+def _bad(**namespace):
+    base = {
+        "forward": staticmethod(lambda x: x),
+        "setup_context": staticmethod(lambda ctx, inputs, output: None),
+        "backward": staticmethod(lambda ctx, grad: grad),
+    }
+    base.update(namespace)
+    return type("Bad", (torch.autograd.Function,), {k: v for k, v in base.items() if v})
+
+
+def _legacy_forward(ctx, x):
+    return x
+
+
+def _kwonly(x, *, scale=1.0):
+    return x
+
+
+def _varkw(x, **options):
+    return x
+
+
+class _NotAFunction:
+    pass
+
+
+@pytest.mark.parametrize(
+    "target, pattern",
+    [
+        (lambda x: x, "got the function <lambda>"),
+        (_NotAFunction, "_NotAFunction: @function needs a torch.autograd.Function subclass"),
+        (_bad(forward=staticmethod(_legacy_forward)), "forward takes ctx but setup_context"),
+        (_bad(backward=None), "Bad: no backward"),
+        (_bad(forward=lambda x: x), "Bad: forward must be a @staticmethod, found a function"),
+        (_bad(setup_context=classmethod(lambda c, a, b, d: 0)), "setup_context must be a @st"),
+        (_bad(backward=lambda ctx, g: g), "backward must be a @staticmethod"),
+        (_bad(forward=staticmethod(_kwonly)), "keyword-only parameter 'scale'"),
+        (_bad(forward=staticmethod(_varkw)), r"keyword-only parameter '\*\*options'"),
+        (_bad(setup_context=staticmethod(lambda ctx: 0)), r"accept \(ctx, inputs, output\)"),
+        (_bad(setup_context=None), "forward's first parameter is 'x', not ctx, and there is no"),
+    ],
+)
+def test_decoration_errors_name_class_and_fix(target, pattern):
+    with pytest.raises(TypeError, match=pattern) as error:
+        compatfn.function(target)
+    message = str(error.value)
+    assert "." in message  # a sentence saying how to fix it follows the problem
+
+
+def test_torch_custom_fwd_on_ctxless_forward_is_rejected():
+    decorate = getattr(getattr(torch, "amp", None), "custom_fwd", None)
+    if decorate is None:
+        decorate = torch.cuda.amp.custom_fwd  # torch < 2.4
+        kwargs: dict = {}
+    else:
+        kwargs = {"device_type": "cpu"}
+    forward = decorate(**kwargs)(lambda x: x) if kwargs else decorate(lambda x: x)
+    with pytest.raises(TypeError, match=r"Bad: forward is decorated with torch's custom_fwd"):
+        compatfn.function(_bad(forward=staticmethod(forward)))
+
+
+# --- 9. no patching, thread safety, memory ------------------------------------------------------
+
+
+def test_import_has_no_side_effects():
+    code = (
+        "import torch, torch.autograd.function as F\n"
+        "before = {k: v for k, v in vars(torch.autograd.Function).items()}\n"
+        "before_fn = dict(vars(F))\n"
+        "import compatfn, compatfn.core\n"
+        "after = dict(vars(torch.autograd.Function))\n"
+        "assert before == after, set(before) ^ set(after)\n"
+        "assert before_fn == dict(vars(F))\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"
+
+
+def test_torch_is_not_patched_by_decoration():
+    before = dict(vars(torch.autograd.Function))
+
+    @compatfn.function
+    class Local(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x.clone()
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    Local.apply(torch.ones(1, requires_grad=True)).sum().backward()
+    assert dict(vars(torch.autograd.Function)) == before
+
+
+def test_thread_safe():
+    errors = []
+
+    def work(seed):
+        try:
+            gen = torch.Generator().manual_seed(seed)
+            for _ in range(50):
+                x = torch.randn(16, generator=gen, dtype=torch.float64, requires_grad=True)
+                factor = float(seed % 5 + 1)
+                y = Scale.apply(x, factor=factor) if seed % 2 else Scale.apply(x, factor)
+                (g,) = torch.autograd.grad(y.sum(), x)
+                assert torch.equal(g, torch.full_like(x, factor))
+        except Exception as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+@compatfn.function
+class SaveInput(torch.autograd.Function):
+    @staticmethod
+    def forward(x, factor=1.0):
+        return x * factor
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.extra = inputs[0] * 1  # a tensor kept as a plain attribute
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * ctx.extra / x.clamp(min=1)
+
+
+def test_no_reference_cycle_keeps_saved_tensors_alive():
+    gc.collect()
+    gc.disable()
+    try:
+        x = torch.ones(1000, requires_grad=True)
+        y = SaveInput.apply(x, factor=2.0)
+        ref = weakref.ref(y.grad_fn)
+        y.sum().backward()
+        del y
+        assert ref() is None  # freed by reference counting alone, no cycle
+    finally:
+        gc.enable()
+
+
+# --- 11. features ------------------------------------------------------------------------------
+
+
+def test_features_detected():
+    found = compatfn.features()
+    assert found["torch"] == str(torch.__version__)
+    assert found["setup_context"] is NATIVE_TORCH
+    expected_keys = {
+        "setup_context",
+        "apply_kwargs",
+        "default_binding",
+        "forward_ad",
+        "torch_func",
+        "compile",
+        "amp_device_generic",
+        "cpu_autocast",
+    }
+    assert expected_keys <= set(found)
+    # Cross-check each detection against a direct observation on this torch.
+    assert found["default_binding"] is (core.TORCH_VERSION >= (2, 2))
+    assert found["apply_kwargs"] is (core.TORCH_VERSION >= (2, 13))
+    assert found["torch_func"] is (core.TORCH_VERSION >= (2, 0))
+    assert found["amp_device_generic"] is (core.TORCH_VERSION >= (2, 4))
+    assert isinstance(found["compile"], str)
+    if not hasattr(torch, "compile"):
+        assert found["compile"].startswith("unavailable")
