@@ -22,8 +22,25 @@ Example::
     Square.apply(torch.ones(3, requires_grad=True))  # torch 1.8 ... newest
 """
 
-from compatfn.core import as_legacy, features, function, functional, mode
+from compatfn.core import (
+    as_legacy,
+    custom_bwd,
+    custom_fwd,
+    features,
+    function,
+    functional,
+    mode,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "as_legacy", "features", "function", "functional", "mode"]
+__all__ = [
+    "__version__",
+    "as_legacy",
+    "custom_bwd",
+    "custom_fwd",
+    "features",
+    "function",
+    "functional",
+    "mode",
+]

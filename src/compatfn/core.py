@@ -46,6 +46,7 @@ How it works. Everything is decided once, when a class is decorated:
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import os
 import re
@@ -55,7 +56,15 @@ from typing import Any, Callable, Dict, Optional, Tuple, TypeVar, Union, overloa
 
 import torch
 
-__all__ = ["as_legacy", "features", "function", "functional", "mode"]
+__all__ = [
+    "as_legacy",
+    "custom_bwd",
+    "custom_fwd",
+    "features",
+    "function",
+    "functional",
+    "mode",
+]
 
 _F = TypeVar("_F", bound=type)
 
@@ -103,6 +112,14 @@ except ImportError:  # torch 1.x (no functorch in core) or a torch that does it 
     _unwrap_dead_wrappers = None
 
 
+# torch >= 2.3: torch.compiler.is_compiling; 2.0-2.2: torch._utils.is_compiling. Dynamo reads
+# either as True while it traces; in eager code they return False.
+_is_compiling: Callable[[], bool] = getattr(
+    getattr(torch, "compiler", None),
+    "is_compiling",
+    getattr(getattr(torch, "_utils", None), "is_compiling", lambda: False),
+)
+
 # --- argument binding --------------------------------------------------------------------------
 
 
@@ -114,7 +131,17 @@ class _Binder:
     argument given, for legacy-form classes whose inputs torch never filled).
     """
 
-    __slots__ = ("defaults", "fill_all", "index", "names", "nreq", "owner", "posonly", "varargs")
+    __slots__ = (
+        "bind",
+        "defaults",
+        "fill_all",
+        "index",
+        "names",
+        "nreq",
+        "owner",
+        "posonly",
+        "varargs",
+    )
 
     def __init__(self, owner: str, params: list, fill_all: bool) -> None:
         self.owner = owner
@@ -126,6 +153,7 @@ class _Binder:
         self.nreq = next((i for i, d in enumerate(self.defaults) if d is not _MISSING), len(named))
         self.posonly = frozenset(p.name for p in named if p.kind is p.POSITIONAL_ONLY)
         self.index = {p.name: i for i, p in enumerate(named) if p.kind is not p.POSITIONAL_ONLY}
+        self.bind: Callable[[tuple, dict], tuple] = self._make_bind()
 
     @property
     def size(self) -> int:
@@ -152,44 +180,44 @@ class _Binder:
             raise self._error(f"got multiple values for argument {name!r}")
         return i
 
-    def bind(self, args: tuple, kwargs: dict) -> tuple:
-        """Return the positional tuple for ``apply(*args, **kwargs)``, or raise TypeError."""
-        n, given = len(self.names), len(args)
-        if given > n:
+    def _make_bind(self) -> Callable[[tuple, dict], tuple]:
+        """Return ``bind(args, kwargs)``: the positional tuple for ``apply``, or a TypeError.
+
+        A plain closure over tuples and a dict, so that dynamo can trace it (torch >= 2.1).
+        """
+        n, nreq, defaults, index = len(self.names), self.nreq, self.defaults, self.index
+        check_keyword, required = self._check_keyword, self.names[: self.nreq]
+
+        def too_many(args: tuple, kwargs: dict) -> tuple:
             if not self.varargs:
+                given = len(args)
                 plural, verb = "" if n == 1 else "s", "was" if given == 1 else "were"
                 raise self._error(f"takes {n} positional argument{plural} but {given} {verb} given")
             for name in kwargs:  # every named parameter is already filled positionally
-                self._check_keyword(name, given)
+                check_keyword(name, len(args))
             return args
-        if self.fill_all:  # setup_context style: every default is filled in
-            values = [*args, *self.defaults[given:]]
-            index = self.index
-            for name, value in kwargs.items():
-                i = index.get(name, -1)
-                if i < given:
-                    self._check_keyword(name, given)  # raises the right TypeError
-                values[i] = value
-            if given < self.nreq:
-                self._check_required(values, given, self.nreq)
-            return tuple(values)
-        # legacy form: fill defaults only up to the last argument given, as a positional call would
-        values = list(args) + [_MISSING] * (n - given)
-        stop = max(given, self.nreq)
-        for name, value in kwargs.items():
-            i = self._check_keyword(name, given)
-            values[i] = value
-            stop = max(stop, i + 1)
-        for i in range(given, stop):
-            if values[i] is _MISSING:
-                values[i] = self.defaults[i]
-        self._check_required(values, given, stop)
-        return tuple(values[:stop])
 
-    def _check_required(self, values: list, start: int, stop: int) -> None:
-        missing = [self.names[i] for i in range(start, stop) if values[i] is _MISSING]
-        if missing:
-            raise self._missing(missing)
+        pairs = tuple(zip(self.names, defaults))
+        fill_all = self.fill_all
+
+        def bind(args: tuple, kwargs: dict) -> tuple:
+            given = len(args)
+            if given > n:
+                return too_many(args, kwargs)
+            for name in kwargs:
+                if index.get(name, -1) < given:
+                    check_keyword(name, given)  # raises the right TypeError
+            # setup_context style: every default is filled in; legacy form: only up to the last
+            # argument given, as the equivalent positional call would.
+            stop = n if fill_all else max([given, nreq] + [index[name] + 1 for name in kwargs])
+            values = args + tuple([kwargs.get(name, value) for name, value in pairs[given:stop]])
+            if given < nreq:  # every required parameter not given positionally needs a keyword
+                missing = [name for name in required[given:] if name not in kwargs]
+                if missing:
+                    raise self._missing(missing)
+            return values
+
+        return bind
 
 
 # --- decoration-time checks --------------------------------------------------------------------
@@ -249,15 +277,27 @@ def _positional_params(cls: type, fn: Callable, what: str) -> list:
 class _Info:
     """What decoration decided for one class (stored on it under ``__autograd_compat__``)."""
 
-    __slots__ = ("binder", "cls", "forced", "legacy_cls", "mode", "style", "twin")
+    __slots__ = (
+        "binder",
+        "cls",
+        "forced",
+        "forward",
+        "legacy_cls",
+        "mode",
+        "style",
+        "traced",
+        "twin",
+    )
 
     def __init__(self, cls: type, mode: str, style: str, binder: _Binder, forced: bool) -> None:
         self.cls = cls
+        self.forward: Callable = cls.forward  # the user's, before any change
         self.mode = mode  # "native" or "legacy"
         self.style = style  # "setup_context" or "legacy-form"
         self.binder = binder
         self.forced = forced
         self.twin: Optional[type] = None  # legacy-form subclass running the adapter
+        self.traced: Optional[type] = None  # the class whose apply dynamo should trace
         self.legacy_cls: Optional[type] = None  # cache for as_legacy()
 
 
@@ -272,40 +312,52 @@ def _info(cls: Any) -> _Info:
 # --- the adapter -------------------------------------------------------------------------------
 
 
-def _pad_gradients(cls: type, backward: Callable, names: tuple) -> Callable:
+def _pad_gradients(cls: type, backward: Callable, binder: _Binder) -> Callable:
     """Wrap backward so a missing trailing gradient becomes None where no gradient is needed.
 
     ``inputs`` always holds every parameter, defaults included, so torch expects one gradient per
     parameter (torch >= 2.2 raises "incorrect number of gradients" where 2.0/2.1 accepted fewer).
-    The adapter behaves the same on every torch: it pads with None, or raises naming the parameter.
+    The adapter behaves the same on every torch: it pads with None, or raises naming the parameter
+    when that input requires grad (checked in eager mode; dynamo cannot read needs_input_grad on
+    torch 2.1-2.3, so a compiled backward pads without the check).
     """
+    names, size, varargs = binder.names, binder.size, binder.varargs
 
     @functools.wraps(backward)
     def padded(ctx: Any, *grads: Any) -> Any:
-        result = backward(ctx, *grads)
-        needs = ctx.needs_input_grad
-        count = len(result) if type(result) is tuple else 1
-        if count >= len(needs):
+        # Spelled (ctx,) + grads: dynamo 2.1 fails on backward(ctx, *grads) ("unexpected keyword
+        # argument 'proxy'" while cloning the ctx variable).
+        result = backward(*((ctx,) + grads))  # noqa: RUF005
+        count = len(result) if isinstance(result, tuple) else 1
+        total = len(ctx.needs_input_grad) if varargs else size
+        if count >= total:
             return result
-        if type(result) is not tuple:
+        if not isinstance(result, tuple):  # torch accepts a bare gradient for one input
             result = (result,)
-        for i in range(count, len(needs)):
-            if needs[i]:
-                name = names[i] if i < len(names) else f"argument {i}"
-                raise RuntimeError(
-                    f"{cls.__qualname__}.backward returned {count} gradient(s) for {len(needs)} "
-                    f"inputs, but input {name!r} requires grad. Return one gradient (or None) per "
-                    "parameter of forward, defaulted ones included."
-                )
-        return result + (None,) * (len(needs) - count)
+        if not _is_compiling():
+            needs = ctx.needs_input_grad
+            for i in range(count, total):
+                if needs[i]:
+                    name = names[i] if i < size else f"*args[{i - size}]"
+                    raise RuntimeError(
+                        f"{cls.__qualname__}.backward returned {count} gradient(s) for {total} "
+                        f"inputs, but input {name!r} requires grad. Return one gradient (or None) "
+                        "per parameter of forward, defaulted ones included."
+                    )
+        return result + (None,) * (total - count)
 
     padded.__autograd_compat_padded__ = backward  # type: ignore[attr-defined]
     return padded
 
 
-def _make_twin(cls: type, forward: Callable, setup_context: Callable) -> type:
-    """Make the legacy-form subclass: ``forward(ctx, *args)`` runs forward, then setup_context."""
+def _legacy_form(cls: type, forward: Callable, setup_context: Callable) -> Dict[str, Any]:
+    """The class attributes that turn a setup_context-style class into the legacy form.
 
+    ``forward(ctx, *args)`` runs your ``forward(*args)``, then ``setup_context(ctx, args, output)``;
+    ``setup_context`` is torch's own again, so torch (>= 2.0) passes ctx to forward.
+    """
+
+    @functools.wraps(forward)
     def legacy_forward(ctx: Any, *args: Any) -> Any:
         output = forward(*args)
         setup_context(ctx, args, output)
@@ -317,23 +369,32 @@ def _make_twin(cls: type, forward: Callable, setup_context: Callable) -> type:
             *inspect.signature(forward).parameters.values(),
         ]
     )
-    namespace: Dict[str, Any] = {
-        "__module__": cls.__module__,
-        "__qualname__": f"{cls.__qualname__}.<legacy>",
-        "__doc__": cls.__doc__,
-        "forward": staticmethod(legacy_forward),
-        "apply": _TORCH_APPLY,  # torch's own, not the one decoration puts on cls
-        _INFO: None,
-    }
-    if _BASE_SETUP_CONTEXT is not None:  # torch >= 2.0: hide setup_context, so forward gets ctx
-        namespace["setup_context"] = _BASE_SETUP_CONTEXT
-    twin = type(cls)(cls.__name__, (cls,), namespace)  # same __name__: grad_fn is <Name>Backward
-    backward_cls = twin._backward_cls
+    attributes: Dict[str, Any] = {"forward": staticmethod(legacy_forward)}
+    if _BASE_SETUP_CONTEXT is not None:  # torch >= 2.0
+        attributes["setup_context"] = _BASE_SETUP_CONTEXT
+    return attributes
+
+
+def _accept_save_for_forward(cls: type) -> None:
+    backward_cls = cls._backward_cls  # type: ignore[attr-defined]
     if not hasattr(backward_cls, "save_for_forward"):
         # torch < 1.11 has no forward-mode AD for custom Functions, hence no ctx.save_for_forward;
         # accept the call (there is nothing to save it for) so backward still works.
         backward_cls.save_for_forward = lambda self, *tensors: None
-    return twin
+
+
+def _make_twin(cls: type, forward: Callable, setup_context: Callable) -> type:
+    """A legacy-form subclass of a native class, for the places where that form is cheaper or
+    the only one that compiles. Same ``__name__``: its grad_fn is also ``<Name>Backward``."""
+    namespace: Dict[str, Any] = {
+        "__module__": cls.__module__,
+        "__qualname__": f"{cls.__qualname__}.<legacy>",
+        "__doc__": cls.__doc__,
+        "apply": _TORCH_APPLY,  # torch's own, not the one decoration puts on cls
+        _INFO: None,
+        **_legacy_form(cls, forward, setup_context),
+    }
+    return type(cls)(cls.__name__, (cls,), namespace)
 
 
 def _refusal(name: str) -> str:
@@ -361,48 +422,55 @@ def _apply(
     native: Optional[Callable] = None,
     refuse: Optional[str] = None,
     unwrap: Optional[Callable] = None,
+    traced: Optional[type] = None,
 ) -> Callable:
     """Build ``cls.apply``: bind the arguments when needed, then ``run`` the positional tuple.
 
     Under active torch.func transforms the call goes to ``native`` (torch's own apply on ``cls``),
     or raises ``refuse`` where the class cannot run there. ``unwrap`` is torch's dead-wrapper
-    unwrapping, done on the fast path exactly as torch 2.0-2.14's own apply does it. The common
-    call (all arguments positional, none missing) costs two checks on top of ``run``.
+    unwrapping, done exactly as torch 2.0-2.14's own apply does it. While dynamo traces this
+    function (``torch.compile(Fn.apply)``, or ``op = Fn.apply`` called in compiled code), the
+    bound call goes to ``traced.apply``, which dynamo handles itself. The common eager call
+    (all arguments positional, none missing) costs two or three checks on top of ``run``.
     """
     size, bind, varargs = binder.size, binder.bind, binder.varargs
+    legacy_form = not binder.fill_all  # forward(ctx, ...): bind for keywords only, as torch would
 
-    if not binder.fill_all:  # a legacy-form class: bind for keywords only, as torch would not
+    def needs_binding(args: tuple, kwargs: dict) -> bool:
+        if kwargs:
+            return True
+        return not legacy_form and (len(args) < size if varargs else len(args) != size)
+
+    if traced is None:  # torch 1.x: no torch.compile, no torch.func to hand over to
 
         def apply(klass: type, *args: Any, **kwargs: Any) -> Any:
             if klass is not cls:
                 return _generic_apply(klass, args, kwargs)
-            if kwargs:
+            if kwargs or (not legacy_form and (len(args) < size if varargs else len(args) != size)):
                 args = bind(args, kwargs)
+            if refuse is not None and _transforms_active():  # torch 1.13 bundles functorch
+                raise RuntimeError(refuse)
             return run(*args)
 
-    elif native is None and refuse is None:  # torch 1.x: there are no transforms to look out for
+        return apply
 
-        def apply(klass: type, *args: Any, **kwargs: Any) -> Any:
-            if klass is not cls:
-                return _generic_apply(klass, args, kwargs)
-            if kwargs or (len(args) < size if varargs else len(args) != size):
+    def apply(klass: type, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+        if _is_compiling():  # a constant while dynamo traces; the code below is not traceable
+            if needs_binding(args, kwargs):
                 args = bind(args, kwargs)
-            return run(*args)
-
-    else:
-
-        def apply(klass: type, *args: Any, **kwargs: Any) -> Any:
-            if klass is not cls:
-                return _generic_apply(klass, args, kwargs)
-            if kwargs or (len(args) < size if varargs else len(args) != size):
-                args = bind(args, kwargs)
-            if _transforms_active():
-                if native is None:
-                    raise RuntimeError(refuse)
+            return traced.apply(*args)  # type: ignore[union-attr]
+        if klass is not cls:
+            return _generic_apply(klass, args, kwargs)
+        if kwargs or (not legacy_form and (len(args) < size if varargs else len(args) != size)):
+            args = bind(args, kwargs)
+        if _transforms_active():
+            if native is not None:
                 return native(*args)
-            if unwrap is not None:
-                args = unwrap(args)
-            return run(*args)
+            if refuse is not None:
+                raise RuntimeError(refuse)
+        if unwrap is not None:
+            args = unwrap(args)
+        return run(*args)
 
     return apply
 
@@ -532,44 +600,60 @@ def _decorate(cls: Any, legacy: Optional[bool]) -> Any:
     info = _Info(cls, mode, style, binder, forced)
     setattr(cls, _INFO, info)
 
+    user_name = "backward" if _defined(cls, "backward") else "vjp"
+    backward = getattr(cls, user_name)
+    backward = getattr(backward, "__autograd_compat_padded__", backward)
+    _autocast_setup_context(cls, forward, backward)
     if style == "setup_context":
         # Wrap whichever of backward / vjp (its alias, torch >= 1.9) the class defines.
-        user_name = "backward" if _defined(cls, "backward") else "vjp"
-        backward = getattr(cls, user_name)
-        backward = getattr(backward, "__autograd_compat_padded__", backward)
         if any(d is not _MISSING for d in binder.defaults):
-            backward = _pad_gradients(cls, backward, binder.names)
+            backward = _pad_gradients(cls, backward, binder)
         target = user_name if hasattr(_Function, "vjp") else "backward"  # torch 1.8: no vjp alias
         if backward is not getattr(cls, target):
             setattr(cls, target, staticmethod(backward))
-        if mode == "legacy" or _C_APPLY_BINDS:
+        if mode == "legacy":  # the class itself takes the legacy form
+            for key, value in _legacy_form(cls, forward, cls.setup_context).items():
+                setattr(cls, key, value)
+            _accept_save_for_forward(cls)
+        elif _C_APPLY_BINDS or TORCH_VERSION < (2, 4):
             info.twin = _make_twin(cls, forward, cls.setup_context)
 
-    if style == "legacy-form":
-        apply = _apply(cls, binder, _TORCH_APPLY.__get__(None, cls))
-    elif mode == "native" and _C_APPLY_BINDS:
+    # What dynamo should trace when it runs ``apply`` itself (torch >= 2.0): the class, which it
+    # intercepts, or on torch 2.1-2.3 the legacy-form twin, since dynamo rejects setup_context
+    # there ("NYI - autograd.Function with custom setup_context method", pytorch #118397).
+    traced = None
+    if HAS_SETUP_CONTEXT:
+        traced = info.twin if mode == "native" and TORCH_VERSION < (2, 4) else cls
+    info.traced = traced
+    torch_apply = _TORCH_APPLY.__get__(None, cls)
+    if mode == "legacy":
+        refuse = None
+        if style == "setup_context" and HAS_SETUP_CONTEXT:  # forced onto the legacy path
+            refuse = _refusal(name)
+        elif style == "setup_context" and hasattr(torch._C, "_are_functorch_transforms_active"):
+            refuse = (  # torch 1.13 bundles functorch, which rejects every autograd.Function
+                f"{name}: functorch transforms (vmap, grad, jacrev, jvp) support custom "
+                f"autograd.Functions from torch 2.0 on (torch.func); this is torch "
+                f"{torch.__version__}. Upgrade torch to use {name} under transforms."
+            )
+        apply = _apply(cls, binder, torch_apply, refuse=refuse, traced=traced)
+    elif _C_APPLY_BINDS:
         # torch >= 2.15 binds defaults inside its C-level apply, calling inspect.signature(forward)
         # .bind on every call. The legacy-form twin runs forward and setup_context identically
-        # without that cost; torch.func and torch.compile (which intercepts Fn.apply) use the class.
+        # without that cost; torch.func and torch.compile use the class itself.
         assert info.twin is not None
-        apply = _apply(cls, binder, _C_APPLY.__get__(None, info.twin), _C_APPLY.__get__(None, cls))
-    elif mode == "native":
+        eager = _C_APPLY.__get__(None, info.twin)
+        apply = _apply(cls, binder, eager, torch_apply, traced=traced)
+    else:
         # torch 2.0-2.14: torch's Python apply binds with inspect (2.2+) and then calls the C-level
         # apply; call the latter with the tuple bound here.
-        apply = _apply(
-            cls,
-            binder,
-            _C_APPLY.__get__(None, cls),
-            _TORCH_APPLY.__get__(None, cls),
-            unwrap=_unwrap_dead_wrappers,
-        )
-    else:
-        assert info.twin is not None
-        run = _TORCH_APPLY.__get__(None, info.twin)
-        if HAS_SETUP_CONTEXT:  # forced onto the legacy path on torch 2.x
-            apply = _apply(cls, binder, run, refuse=_refusal(name))
-        else:
-            apply = _apply(cls, binder, run)
+        eager = _C_APPLY.__get__(None, cls)
+        apply = _apply(cls, binder, eager, torch_apply, unwrap=_unwrap_dead_wrappers, traced=traced)
+    if mode == "native" and (2, 3) <= TORCH_VERSION < (2, 4):
+        # torch 2.3.x: the first torch.func transform of a Function in a process imports
+        # torch._dynamo lazily, under the transform, and that import draws random numbers, which
+        # vmap refuses (pytorch #128607). Import it now, outside any transform.
+        importlib.import_module("torch._dynamo")
     apply.__doc__ = f"Apply {name}; arguments as for forward{inspect.signature(forward)}."
     apply.__qualname__ = f"{name}.apply"
     cls.apply = classmethod(apply)
@@ -609,7 +693,11 @@ def as_legacy(cls: _F) -> _F:
 def functional(cls: type) -> Callable[..., Any]:
     """Return a plain function that calls ``cls.apply``, with forward's signature and docstring.
 
-    This is the form libraries expose (``my_op = MyFunction.apply``), keyword arguments included.
+    This is the form libraries expose (``my_op = MyFunction.apply``), keyword arguments included,
+    and the form that compiles (``fullgraph=True``) wherever torch.compile works: dynamo takes no
+    keyword arguments to ``Fn.apply`` before torch 2.13, so they are bound here while it traces,
+    and on torch 2.1-2.3, where dynamo rejects setup_context-style Functions (pytorch #118397),
+    the legacy-form twin is traced instead.
 
     Example::
 
@@ -617,11 +705,14 @@ def functional(cls: type) -> Callable[..., Any]:
         clipped_relu(x, clip=2.0)
     """
     info = _info(cls)
-    forward = cls.forward if info.style == "setup_context" else _drop_ctx(cls.forward)
-    apply = cls.apply
+    forward = info.forward if info.style == "setup_context" else _drop_ctx(info.forward)
+    apply, traced, bind = cls.apply, info.traced, info.binder.bind
 
     @functools.wraps(forward)
     def call(*args: Any, **kwargs: Any) -> Any:
+        if _is_compiling():  # a constant while dynamo traces
+            # Dynamo intercepts ``cls.apply`` and takes no keywords there: bind them here.
+            return traced.apply(*bind(args, kwargs))  # type: ignore[union-attr]
         return apply(*args, **kwargs)
 
     call.__doc__ = forward.__doc__ or cls.__doc__
@@ -638,6 +729,187 @@ def _drop_ctx(forward: Callable) -> Callable:
 
     without_ctx.__signature__ = shown  # type: ignore[attr-defined]
     return without_ctx
+
+
+# --- automatic mixed precision ------------------------------------------------------------------
+
+_AUTOCAST_STATE = ("_fwd_used_autocast", "_dtype")  # the ctx attributes torch's custom_fwd sets
+
+
+def _autocast_api(device_type: str) -> Tuple[Callable, Callable, Callable]:
+    """(is_enabled(), dtype(), autocast(enabled, dtype)) for ``device_type`` on this torch."""
+    if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4: device-generic autocast queries
+        return (
+            functools.partial(torch.is_autocast_enabled, device_type),
+            functools.partial(torch.get_autocast_dtype, device_type),
+            lambda enabled, dtype: torch.autocast(device_type, enabled=enabled, dtype=dtype),
+        )
+    if device_type == "cuda":
+        if hasattr(torch, "autocast"):  # torch >= 1.10: dtype choice (bfloat16 too)
+            return (
+                torch.is_autocast_enabled,
+                torch.get_autocast_gpu_dtype,
+                lambda enabled, dtype: torch.autocast("cuda", enabled=enabled, dtype=dtype),
+            )
+        return (  # torch 1.8/1.9: CUDA autocast is float16 only
+            torch.is_autocast_enabled,
+            lambda: torch.float16,
+            lambda enabled, dtype: torch.cuda.amp.autocast(enabled=enabled),
+        )
+    if device_type == "cpu" and hasattr(torch, "is_autocast_cpu_enabled"):  # torch >= 1.10
+        return (
+            torch.is_autocast_cpu_enabled,
+            torch.get_autocast_cpu_dtype,
+            lambda enabled, dtype: torch.autocast("cpu", enabled=enabled, dtype=dtype),
+        )
+    needed = "1.10" if device_type == "cpu" else "2.4"
+    raise ValueError(
+        f"autocast for device_type={device_type!r} needs torch >= {needed}; this is torch "
+        f"{torch.__version__}. Use device_type='cuda', or upgrade torch."
+    )
+
+
+def _cast(value: Any, device_type: str, dtype: Any) -> Any:
+    # As torch's own amp ``_cast``: floating tensors of that device, except float64, to ``dtype``.
+    if isinstance(value, torch.Tensor):
+        eligible = value.is_floating_point() and value.device.type == device_type
+        return value.to(dtype) if eligible and value.dtype is not torch.float64 else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(_cast(v, device_type, dtype) for v in value)
+    if isinstance(value, dict):
+        return {k: _cast(v, device_type, dtype) for k, v in value.items()}
+    return value
+
+
+def _takes_ctx(fn: Callable) -> bool:
+    params = list(inspect.signature(fn).parameters.values())
+    first = params[0].name if params and params[0].kind is not params[0].VAR_POSITIONAL else ""
+    return first.startswith("ctx") or first in ("context", "self", "_")
+
+
+def custom_fwd(fwd: Optional[Callable] = None, *, device_type: str, cast_inputs: Any = None) -> Any:
+    """Run forward under autocast as torch's ``custom_fwd`` does, for either Function style.
+
+    Works on a ctx-less ``forward(*args)`` (the class must be decorated with ``@function``, which
+    records the autocast state on ctx before ``setup_context``) and on ``forward(ctx, *args)``.
+    With ``cast_inputs`` set, inside an autocast region the floating-point inputs of
+    ``device_type`` are cast to it and forward (and setup_context) run with autocast disabled.
+    Pair it with :func:`custom_bwd`. Uses ``torch.amp.custom_fwd`` (torch >= 2.4) or
+    ``torch.cuda.amp.custom_fwd`` for ctx-taking forwards where torch has them; never touches the
+    caller's tensors; raises ValueError where this torch has no autocast for ``device_type``.
+
+    Example::
+
+        @function
+        class Linear(torch.autograd.Function):
+            @staticmethod
+            @custom_fwd(device_type="cuda", cast_inputs=torch.float16)
+            def forward(x, w):
+                return x @ w
+            ...
+            @staticmethod
+            @custom_bwd(device_type="cuda")
+            def backward(ctx, grad):
+                ...
+    """
+    if fwd is None:
+        return functools.partial(custom_fwd, device_type=device_type, cast_inputs=cast_inputs)
+    is_enabled, get_dtype, autocast = _autocast_api(device_type)
+
+    if _takes_ctx(fwd):  # legacy form: torch's own decorator where it has one for this device
+        if hasattr(getattr(torch, "amp", None), "custom_fwd"):  # torch >= 2.4
+            wrapped = torch.amp.custom_fwd(fwd, device_type=device_type, cast_inputs=cast_inputs)
+        elif device_type == "cuda":  # torch < 2.4 (no deprecation warning there)
+            wrapped = torch.cuda.amp.custom_fwd(fwd, cast_inputs=cast_inputs)
+        else:
+
+            @functools.wraps(fwd)
+            def wrapped(ctx: Any, *args: Any, **kwargs: Any) -> Any:
+                enabled = is_enabled()
+                ctx._dtype = get_dtype()
+                ctx._fwd_used_autocast = enabled and cast_inputs is None
+                if enabled and cast_inputs is not None:
+                    with autocast(False, ctx._dtype):
+                        args = _cast(args, device_type, cast_inputs)
+                        return fwd(ctx, *args, **_cast(kwargs, device_type, cast_inputs))
+                return fwd(ctx, *args, **kwargs)
+
+    else:
+
+        @functools.wraps(fwd)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            if cast_inputs is not None and is_enabled():
+                with autocast(False, get_dtype()):
+                    args = _cast(args, device_type, cast_inputs)
+                    return fwd(*args, **_cast(kwargs, device_type, cast_inputs))
+            return fwd(*args, **kwargs)
+
+    wrapped.__autocast_fwd__ = (device_type, cast_inputs)  # type: ignore[attr-defined]
+    return wrapped
+
+
+def custom_bwd(bwd: Optional[Callable] = None, *, device_type: str) -> Any:
+    """Run backward under the autocast state and dtype that forward ran under.
+
+    Pair it with :func:`custom_fwd` (same ``device_type``). Uses ``torch.amp.custom_bwd``
+    (torch >= 2.4) or ``torch.cuda.amp.custom_bwd`` where torch has one for the device.
+
+    Example::
+
+        @staticmethod
+        @custom_bwd(device_type="cpu")
+        def backward(ctx, grad):
+            ...
+    """
+    if bwd is None:
+        return functools.partial(custom_bwd, device_type=device_type)
+    _, _, autocast = _autocast_api(device_type)
+    if hasattr(getattr(torch, "amp", None), "custom_bwd"):  # torch >= 2.4
+        wrapped = torch.amp.custom_bwd(bwd, device_type=device_type)
+    elif device_type == "cuda":
+        wrapped = torch.cuda.amp.custom_bwd(bwd)
+    else:
+
+        @functools.wraps(bwd)
+        def wrapped(ctx: Any, *grads: Any) -> Any:
+            with autocast(ctx._fwd_used_autocast, ctx._dtype):
+                return bwd(ctx, *grads)
+
+    wrapped.__autocast_bwd__ = device_type  # type: ignore[attr-defined]
+    return wrapped
+
+
+def _autocast_setup_context(cls: type, forward: Callable, backward: Callable) -> None:
+    """Check custom_fwd/custom_bwd pairing; record the autocast state for a ctx-less forward."""
+    name = cls.__qualname__
+    fwd_amp = getattr(forward, "__autocast_fwd__", None)
+    bwd_device = getattr(backward, "__autocast_bwd__", None)
+    if bwd_device is not None and (fwd_amp is None or fwd_amp[0] != bwd_device):
+        shown = f"device_type={fwd_amp[0]!r}" if fwd_amp else "nothing"
+        raise _fail(
+            name,
+            f"backward uses custom_bwd(device_type={bwd_device!r}) but forward has {shown}",
+            f"Decorate forward with custom_fwd(device_type={bwd_device!r}) from {__name__}.",
+        )
+    if fwd_amp is None or _takes_ctx(forward):
+        return
+    if getattr(cls.setup_context, "__autocast_recorded__", False):  # done for a base class
+        return
+    device_type, cast_inputs = fwd_amp
+    is_enabled, get_dtype, _ = _autocast_api(device_type)
+    user_setup_context = cls.setup_context
+
+    @functools.wraps(user_setup_context)
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> Any:
+        enabled = is_enabled()  # the state forward was called under (apply does not change it)
+        ctx._dtype = get_dtype()
+        ctx._fwd_used_autocast = enabled and cast_inputs is None
+        if enabled and cast_inputs is not None:  # setup_context sees what forward saw
+            inputs = _cast(inputs, device_type, cast_inputs)
+        return user_setup_context(ctx, inputs, output)
+
+    setup_context.__autocast_recorded__ = True  # type: ignore[attr-defined]
+    cls.setup_context = staticmethod(setup_context)  # type: ignore[attr-defined]
 
 
 # --- feature report ----------------------------------------------------------------------------
@@ -728,8 +1000,15 @@ def _compile_support() -> str:
     # Only a version tells: torch 2.4 compiles setup_context-style Functions (pytorch #118397);
     # 2.1-2.3 raise "NYI - autograd.Function with custom setup_context method".
     if TORCH_VERSION >= (2, 4):
-        return "native: Fn.apply and functional(Fn) compile with fullgraph=True"
-    return "functional: only functional(Fn) wrappers and legacy=True classes compile"
+        return (
+            "native: functional(Fn) and Fn.apply compile with fullgraph=True (keywords to a "
+            "direct Fn.apply(...) call need torch >= 2.13 or functional(Fn))"
+        )
+    return (
+        "functional: functional(Fn), torch.compile(Fn.apply) and legacy=True classes compile; "
+        "a direct Fn.apply(...) call in compiled code of a setup_context-style class does not "
+        "(pytorch #118397)"
+    )
 
 
 def features() -> Dict[str, Any]:
@@ -740,8 +1019,6 @@ def features() -> Dict[str, Any]:
         >>> features()["setup_context"]
         True
     """
-    import importlib.util
-
     amp = getattr(torch, "amp", None)
     cpu_autocast = getattr(getattr(torch, "cpu", None), "amp", None)
     return {

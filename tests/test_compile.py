@@ -1,0 +1,105 @@
+"""Issue 5, part 3: decorated Functions under ``torch.compile(fullgraph=True)``.
+
+What compiles where (measured; see README "Using compatfn with AMP, torch.func and torch.compile"):
+
+* torch >= 2.4: ``functional(Fn)``, ``torch.compile(Fn.apply)`` and direct ``Fn.apply(...)`` calls
+  (``op = Fn.apply; op(x)`` in compiled code is such a direct call).
+  Keywords in a direct ``Fn.apply(...)`` call inside compiled code need torch >= 2.13 (dynamo).
+* torch 2.1-2.3: ``functional(Fn)``, ``torch.compile(Fn.apply)`` and ``legacy=True`` classes; a
+  direct ``Fn.apply(...)`` call of a setup_context-style class is rejected by dynamo (#118397).
+* torch 2.0 on Python 3.11, torch 1.x: no torch.compile.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import compatfn
+from compatfn import core
+
+SUPPORT = compatfn.features()["compile"]
+pytestmark = pytest.mark.skipif(SUPPORT.startswith("unavailable"), reason=SUPPORT)
+# pytorch #118397: dynamo traces setup_context-style Functions from torch 2.4 on.
+DIRECT_APPLY = core.TORCH_VERSION >= (2, 4)
+
+
+def make_clip(legacy=None):
+    class Clip(torch.autograd.Function):
+        @staticmethod
+        def forward(x, clip=1.0):
+            return x.clamp(0, clip)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            x, clip = inputs
+            ctx.save_for_backward((x > 0) & (x < clip))
+
+        @staticmethod
+        def backward(ctx, grad):
+            (mask,) = ctx.saved_tensors
+            return grad * mask  # the None for ``clip`` is padded by compatfn
+
+    return compatfn.function(Clip, legacy=legacy)
+
+
+def check(fn, backend="aot_eager"):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=backend, fullgraph=True)
+    x = torch.randn(16, requires_grad=True)
+    y = compiled(x)
+    (g,) = torch.autograd.grad(y.sum(), x)
+    expected = x.detach().clamp(0, 0.5) * 2
+    torch.testing.assert_close(y.detach(), expected)
+    torch.testing.assert_close(g, ((x > 0) & (x < 0.5)).float() * 2)
+
+
+def test_features_report_compile_support():
+    if DIRECT_APPLY:
+        assert SUPPORT.startswith("native")
+    else:
+        assert SUPPORT.startswith("functional")
+
+
+@pytest.mark.parametrize("legacy", [None, True])
+def test_functional_with_keywords_compiles(legacy):
+    clip = compatfn.functional(make_clip(legacy))
+    check(lambda t: clip(t, clip=0.5) * 2)
+
+
+@pytest.mark.parametrize("legacy", [None, True])
+def test_compiling_apply_itself(legacy):
+    """``torch.compile(Fn.apply)``: dynamo runs compatfn's apply, which must be traceable."""
+    import torch._dynamo
+
+    op = make_clip(legacy).apply
+    calls = (lambda f, t: f(t, 0.5), lambda f, t: f(t, clip=0.5), lambda f, t: f(x=t, clip=0.5))
+    for call in calls:
+        torch._dynamo.reset()
+        x = torch.randn(16, requires_grad=True)
+        y = call(torch.compile(op, backend="aot_eager", fullgraph=True), x)
+        torch.testing.assert_close(y, x.detach().clamp(0, 0.5))
+        (g,) = torch.autograd.grad(y.sum(), x)
+        torch.testing.assert_close(g, ((x > 0) & (x < 0.5)).float())
+
+
+def test_direct_apply_call():
+    fn = make_clip()
+    if DIRECT_APPLY or compatfn.mode(fn) == "legacy":
+        check(lambda t: fn.apply(t, 0.5) * 2)
+    else:
+        with pytest.raises(Exception, match="setup_context"):
+            check(lambda t: fn.apply(t, 0.5) * 2)
+
+
+@pytest.mark.skipif(core.TORCH_VERSION < (2, 13), reason="dynamo takes keywords to apply: 2.13+")
+def test_direct_apply_call_with_keywords():
+    fn = make_clip()
+    check(lambda t: fn.apply(t, clip=0.5) * 2)
+
+
+def test_inductor():
+    clip = compatfn.functional(make_clip())
+    check(lambda t: clip(t, clip=0.5) * 2, backend="inductor")

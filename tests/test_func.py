@@ -1,0 +1,127 @@
+"""Issue 5, part 2: decorated Functions under torch.func (vmap, grad, jacrev, jvp)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import compatfn
+from compatfn import core
+
+HAS_FUNC = compatfn.features()["torch_func"]
+
+
+def make_scale(decorate: bool, vmap_rule: str):
+    """y = x * x * scale, with a generated vmap rule or a hand-written vmap staticmethod."""
+
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(x, scale=1.0):
+            return x * x * scale
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            x, scale = inputs
+            ctx.save_for_backward(x)
+            ctx.save_for_forward(x)
+            ctx.scale = scale
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return 2 * x * grad * ctx.scale, None
+
+        @staticmethod
+        def jvp(ctx, tangent, _):
+            (x,) = ctx.saved_tensors
+            return 2 * x * tangent * ctx.scale
+
+    if vmap_rule == "generate":
+        Scale.generate_vmap_rule = True
+    else:
+
+        def vmap(info, in_dims, x, scale=1.0):
+            return Scale.apply(x, scale), in_dims[0]
+
+        Scale.vmap = staticmethod(vmap)
+    return compatfn.function(Scale) if decorate else Scale
+
+
+TRANSFORMS = {
+    "vmap": lambda f, x: torch.func.vmap(f)(x),
+    "grad": lambda f, x: torch.func.grad(lambda t: f(t).sum())(x),
+    "jacrev": lambda f, x: torch.func.jacrev(f)(x),
+    "jvp": lambda f, x: torch.func.jvp(f, (x,), (torch.ones_like(x),))[1],
+    "vmap-grad": lambda f, x: torch.func.vmap(torch.func.grad(lambda t: f(t).sum()))(x),
+}
+
+
+@pytest.mark.skipif(not HAS_FUNC, reason=f"torch {torch.__version__} has no torch.func")
+@pytest.mark.parametrize("vmap_rule", ["generate", "staticmethod"])
+@pytest.mark.parametrize("transform", sorted(TRANSFORMS))
+def test_transforms_match_undecorated(transform, vmap_rule):
+    decorated = make_scale(True, vmap_rule)
+    if compatfn.mode(decorated) == "legacy":
+        with pytest.raises(RuntimeError, match=r"runs on the legacy path .* torch\.func"):
+            TRANSFORMS[transform](decorated.apply, torch.randn(3, 4))
+        return
+    plain = make_scale(False, vmap_rule)
+    x = torch.randn(3, 4, dtype=torch.float64)
+    run = TRANSFORMS[transform]
+    expected = run(lambda t: plain.apply(t, 2.0), x)
+    assert torch.equal(run(lambda t: decorated.apply(t, 2.0), x), expected)
+    assert torch.equal(run(lambda t: decorated.apply(t, scale=2.0), x), expected)
+    if transform == "grad":
+        assert torch.allclose(expected, 4 * x)
+
+
+@pytest.mark.skipif(not HAS_FUNC, reason=f"torch {torch.__version__} has no torch.func")
+def test_first_transform_in_fresh_process():
+    """torch 2.3.x fails the first transform of a process unless dynamo was imported (#128607)."""
+    code = textwrap.dedent(
+        """
+        import os, torch, compatfn
+
+        @compatfn.function
+        class Sq(torch.autograd.Function):
+            generate_vmap_rule = True
+
+            @staticmethod
+            def forward(x):
+                return x * x
+
+            @staticmethod
+            def setup_context(ctx, inputs, output):
+                ctx.save_for_backward(inputs[0])
+
+            @staticmethod
+            def backward(ctx, grad):
+                (x,) = ctx.saved_tensors
+                return 2 * x * grad
+
+        if compatfn.mode(Sq) == "native":
+            print(torch.func.vmap(Sq.apply)(torch.ones(2, 3)).sum().item())
+        else:
+            print(6.0)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "6.0"
+
+
+@pytest.mark.skipif(HAS_FUNC, reason="this torch has torch.func (torch >= 2.0)")
+def test_transforms_on_torch_1x_raise_a_clear_error():
+    decorated = make_scale(True, "generate")
+    functorch_bundled = hasattr(torch._C, "_are_functorch_transforms_active")  # torch 1.13
+    if not functorch_bundled:
+        pytest.skip(f"torch {torch.__version__} has no transforms at all (neither functorch)")
+    import functorch
+
+    with pytest.raises(RuntimeError, match=r"from torch 2\.0 on \(torch\.func\)"):
+        functorch.vmap(decorated.apply)(torch.randn(3, 4))
+    assert core.TORCH_VERSION < (2, 0)
