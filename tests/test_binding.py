@@ -52,8 +52,29 @@ def expected(signature: inspect.Signature, args: tuple, kwargs: dict):
     return bound.args
 
 
-def binder(signature: inspect.Signature, fill_all: bool = True) -> core._Binder:
-    return core._Binder("Fn", list(signature.parameters.values()), fill_all=fill_all)
+class _Both:
+    """Runs both spellings of the binder (eager and traceable) and checks that they agree."""
+
+    def __init__(self, binder: core._Binder) -> None:
+        self.binder = binder
+
+    def bind(self, args: tuple, kwargs: dict) -> tuple:
+        results = []
+        for bind in (self.binder.bind, self.binder.bind_traceable):
+            try:
+                results.append(bind(args, kwargs))
+            except TypeError as error:
+                results.append(error)
+        first, second = results
+        if isinstance(first, TypeError) or isinstance(second, TypeError):
+            assert isinstance(first, TypeError) and isinstance(second, TypeError), results
+            raise first
+        assert first == second
+        return first
+
+
+def binder(signature: inspect.Signature, fill_all: bool = True) -> _Both:
+    return _Both(core._Binder("Fn", list(signature.parameters.values()), fill_all=fill_all))
 
 
 @settings(max_examples=3000, deadline=None)

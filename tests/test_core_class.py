@@ -107,11 +107,48 @@ def test_undecorated_subclass_behaves_as_torch_would():
     class Sub(Scale):
         pass
 
-    if not NATIVE_TORCH:
-        with pytest.raises(TypeError, match="Sub subclasses a class decorated with @function"):
-            Sub.apply(torch.ones(1))
+    x = torch.ones(1, requires_grad=True)
+    assert torch.equal(Sub.apply(x, 3.0), torch.full((1,), 3.0))  # torch's own apply
+    assert Sub.__dict__["apply"] is not Scale.__dict__["apply"]  # not bound to Scale's forward
+
+    class Overrides(Scale):
+        @staticmethod
+        def forward(x, factor=2.0):
+            return x * factor + 1
+
+    if NATIVE_TORCH:  # torch handles an undecorated setup_context-style class itself
+        assert torch.equal(Overrides.apply(x, 3.0), torch.full((1,), 4.0))
     else:
-        assert torch.equal(Sub.apply(torch.ones(1), 3.0), torch.full((1,), 3.0))
+        with pytest.raises(TypeError, match="Overrides subclasses a class decorated with @func"):
+            Overrides.apply(x, 3.0)
+
+
+def test_subclass_keeps_users_init_subclass():
+    seen = []
+
+    @compatfn.function
+    class Base(torch.autograd.Function):
+        def __init_subclass__(cls, **kwargs):
+            super().__init_subclass__(**kwargs)
+            seen.append(cls.__name__)
+
+        @staticmethod
+        def forward(x):
+            return x * 2
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 2
+
+    class Child(Base):
+        pass
+
+    assert seen == ["Child"]
+    assert torch.equal(Child.apply(torch.ones(1)), torch.full((1,), 2.0))
 
 
 def test_decorated_subclass_gets_its_own_binding():

@@ -133,6 +133,7 @@ class _Binder:
 
     __slots__ = (
         "bind",
+        "bind_traceable",
         "defaults",
         "fill_all",
         "index",
@@ -153,7 +154,7 @@ class _Binder:
         self.nreq = next((i for i, d in enumerate(self.defaults) if d is not _MISSING), len(named))
         self.posonly = frozenset(p.name for p in named if p.kind is p.POSITIONAL_ONLY)
         self.index = {p.name: i for i, p in enumerate(named) if p.kind is not p.POSITIONAL_ONLY}
-        self.bind: Callable[[tuple, dict], tuple] = self._make_bind()
+        self.bind, self.bind_traceable = self._make_bind()
 
     @property
     def size(self) -> int:
@@ -180,13 +181,16 @@ class _Binder:
             raise self._error(f"got multiple values for argument {name!r}")
         return i
 
-    def _make_bind(self) -> Callable[[tuple, dict], tuple]:
-        """Return ``bind(args, kwargs)``: the positional tuple for ``apply``, or a TypeError.
+    def _make_bind(self) -> Tuple[Callable[[tuple, dict], tuple], Callable[[tuple, dict], tuple]]:
+        """Return ``(bind, bind_traceable)``: ``f(args, kwargs)`` -> the positional tuple for
+        ``apply``, or a TypeError as Python raises it.
 
-        A plain closure over tuples and a dict, so that dynamo can trace it (torch >= 2.1).
+        ``bind`` is the fastest eager spelling; ``bind_traceable`` does the same without mutating
+        a list, which dynamo cannot trace on torch 2.1-2.3.
         """
         n, nreq, defaults, index = len(self.names), self.nreq, self.defaults, self.index
-        check_keyword, required = self._check_keyword, self.names[: self.nreq]
+        check_keyword, required, fill_all = self._check_keyword, self.names[:nreq], self.fill_all
+        pairs = tuple(zip(self.names, defaults))
 
         def too_many(args: tuple, kwargs: dict) -> tuple:
             if not self.varargs:
@@ -197,27 +201,46 @@ class _Binder:
                 check_keyword(name, len(args))
             return args
 
-        pairs = tuple(zip(self.names, defaults))
-        fill_all = self.fill_all
+        def check_missing(given: int, kwargs: dict) -> None:
+            # Every required parameter not given positionally needs a keyword.
+            missing = [name for name in required[given:] if name not in kwargs]
+            if missing:
+                raise self._missing(missing)
 
         def bind(args: tuple, kwargs: dict) -> tuple:
             given = len(args)
             if given > n:
                 return too_many(args, kwargs)
-            for name in kwargs:
-                if index.get(name, -1) < given:
+            if given < nreq:
+                check_missing(given, kwargs)
+            values = list(args)
+            values += defaults[given:]
+            stop = n if fill_all else max(given, nreq)
+            for name, value in kwargs.items():
+                i = index.get(name, -1)
+                if i < given:
                     check_keyword(name, given)  # raises the right TypeError
+                values[i] = value
+                if i >= stop:
+                    stop = i + 1
             # setup_context style: every default is filled in; legacy form: only up to the last
             # argument given, as the equivalent positional call would.
+            return tuple(values) if stop == n else tuple(values[:stop])
+
+        def bind_traceable(args: tuple, kwargs: dict) -> tuple:
+            given = len(args)
+            if given > n:
+                return too_many(args, kwargs)
+            for name in kwargs:
+                if index.get(name, -1) < given:
+                    check_keyword(name, given)
             stop = n if fill_all else max([given, nreq] + [index[name] + 1 for name in kwargs])
             values = args + tuple([kwargs.get(name, value) for name, value in pairs[given:stop]])
-            if given < nreq:  # every required parameter not given positionally needs a keyword
-                missing = [name for name in required[given:] if name not in kwargs]
-                if missing:
-                    raise self._missing(missing)
+            if given < nreq:
+                check_missing(given, kwargs)
             return values
 
-        return bind
+        return bind, bind_traceable
 
 
 # --- decoration-time checks --------------------------------------------------------------------
@@ -383,18 +406,34 @@ def _accept_save_for_forward(cls: type) -> None:
         backward_cls.save_for_forward = lambda self, *tensors: None
 
 
+_NOT_COPIED = frozenset(
+    ["__dict__", "__weakref__", "__init_subclass__", "__qualname__", "_backward_cls", _INFO]
+)
+
+
 def _make_twin(cls: type, forward: Callable, setup_context: Callable) -> type:
-    """A legacy-form subclass of a native class, for the places where that form is cheaper or
-    the only one that compiles. Same ``__name__``: its grad_fn is also ``<Name>Backward``."""
-    namespace: Dict[str, Any] = {
-        "__module__": cls.__module__,
-        "__qualname__": f"{cls.__qualname__}.<legacy>",
-        "__doc__": cls.__doc__,
-        "apply": _TORCH_APPLY,  # torch's own, not the one decoration puts on cls
-        _INFO: None,
-        **_legacy_form(cls, forward, setup_context),
-    }
-    return type(cls)(cls.__name__, (cls,), namespace)
+    """A legacy-form copy of a native class, for the places where that form is cheaper or the
+    only one that compiles. Same ``__name__``: its grad_fn is also ``<Name>Backward``.
+
+    Built from torch's Function with the class's attributes copied, not as a subclass, so that
+    no ``__init_subclass__`` of the user's classes sees it.
+    """
+    namespace: Dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        if klass not in _TORCH_BASES and klass.__module__ != "torch.autograd.function":
+            namespace.update(
+                (key, value) for key, value in vars(klass).items() if key not in _NOT_COPIED
+            )
+    namespace.update(
+        {
+            "__module__": cls.__module__,
+            "__qualname__": f"{cls.__qualname__}.<legacy>",
+            "apply": _TORCH_APPLY,  # torch's own, not the one decoration puts on cls
+            **_legacy_form(cls, forward, setup_context),
+        }
+    )
+    bases = tuple(b for b in cls.__mro__ if b in _TORCH_BASES)[:1]  # torch's Function class
+    return type(cls)(cls.__name__, bases, namespace)
 
 
 def _refusal(name: str) -> str:
@@ -405,14 +444,29 @@ def _refusal(name: str) -> str:
     )
 
 
-def _generic_apply(cls: type, args: tuple, kwargs: dict) -> Any:
-    # An undecorated subclass of a decorated class: behave as if undecorated.
-    if cls.__dict__.get(_INFO, _MISSING) is _MISSING and not HAS_SETUP_CONTEXT:
-        raise TypeError(
-            f"{cls.__qualname__} subclasses a class decorated with @function but is not decorated "
-            "itself; decorate it with @function too."
-        )
-    return _TORCH_APPLY.__get__(None, cls)(*args, **kwargs)
+def _guard_subclasses(cls: type) -> None:
+    """Give undecorated subclasses of ``cls`` torch's own ``apply`` (``cls.apply`` is bound to
+    ``cls``'s own forward and signature); a subclass that is decorated gets its own."""
+    own = cls.__dict__.get("__init_subclass__")
+
+    def __init_subclass__(sub: type, **kwargs: Any) -> None:
+        if own is not None:
+            own.__func__(sub, **kwargs)
+        else:
+            super(cls, sub).__init_subclass__(**kwargs)  # type: ignore[misc]
+        if not HAS_SETUP_CONTEXT and ("forward" in sub.__dict__ or "setup_context" in sub.__dict__):
+            sub.apply = staticmethod(functools.partial(_undecorated, sub.__qualname__))
+        else:
+            sub.apply = _TORCH_APPLY
+
+    cls.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[assignment]
+
+
+def _undecorated(name: str, *args: Any, **kwargs: Any) -> Any:
+    raise TypeError(
+        f"{name} subclasses a class decorated with @function and overrides its methods, but is "
+        "not decorated itself; decorate it with @function too."
+    )
 
 
 def _apply(
@@ -433,44 +487,45 @@ def _apply(
     bound call goes to ``traced.apply``, which dynamo handles itself. The common eager call
     (all arguments positional, none missing) costs two or three checks on top of ``run``.
     """
-    size, bind, varargs = binder.size, binder.bind, binder.varargs
-    legacy_form = not binder.fill_all  # forward(ctx, ...): bind for keywords only, as torch would
+    bind, bind_traceable = binder.bind, binder.bind_traceable
+    # Arguments need binding when keywords are given or the positional count is off. A legacy
+    # form binds for keywords only (torch passes what it gets); *args takes any surplus.
+    low = 0 if not binder.fill_all else binder.size
+    high = binder.size if binder.fill_all and not binder.varargs else sys.maxsize
 
-    def needs_binding(args: tuple, kwargs: dict) -> bool:
-        if kwargs:
-            return True
-        return not legacy_form and (len(args) < size if varargs else len(args) != size)
+    if traced is None and refuse is None:  # torch 1.8-1.12: nothing to hand over to
 
-    if traced is None:  # torch 1.x: no torch.compile, no torch.func to hand over to
-
-        def apply(klass: type, *args: Any, **kwargs: Any) -> Any:
-            if klass is not cls:
-                return _generic_apply(klass, args, kwargs)
-            if kwargs or (not legacy_form and (len(args) < size if varargs else len(args) != size)):
+        def apply(*args: Any, **kwargs: Any) -> Any:
+            if kwargs or not low <= len(args) <= high:
                 args = bind(args, kwargs)
-            if refuse is not None and _transforms_active():  # torch 1.13 bundles functorch
+            return run(*args)
+
+    elif traced is None:  # torch 1.13: functorch is bundled and rejects every Function
+
+        def apply(*args: Any, **kwargs: Any) -> Any:
+            if kwargs or not low <= len(args) <= high:
+                args = bind(args, kwargs)
+            if _transforms_active():
                 raise RuntimeError(refuse)
             return run(*args)
 
-        return apply
+    else:
 
-    def apply(klass: type, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
-        if _is_compiling():  # a constant while dynamo traces; the code below is not traceable
-            if needs_binding(args, kwargs):
+        def apply(*args: Any, **kwargs: Any) -> Any:
+            if _is_compiling():  # a constant while dynamo traces; the code below is not traceable
+                if kwargs or not low <= len(args) <= high:
+                    args = bind_traceable(args, kwargs)
+                return traced.apply(*args)  # type: ignore[union-attr]
+            if kwargs or not low <= len(args) <= high:
                 args = bind(args, kwargs)
-            return traced.apply(*args)  # type: ignore[union-attr]
-        if klass is not cls:
-            return _generic_apply(klass, args, kwargs)
-        if kwargs or (not legacy_form and (len(args) < size if varargs else len(args) != size)):
-            args = bind(args, kwargs)
-        if _transforms_active():
-            if native is not None:
-                return native(*args)
-            if refuse is not None:
-                raise RuntimeError(refuse)
-        if unwrap is not None:
-            args = unwrap(args)
-        return run(*args)
+            if _transforms_active():
+                if native is not None:
+                    return native(*args)
+                if refuse is not None:
+                    raise RuntimeError(refuse)
+            if unwrap is not None:
+                args = unwrap(args)
+            return run(*args)
 
     return apply
 
@@ -656,7 +711,8 @@ def _decorate(cls: Any, legacy: Optional[bool]) -> Any:
         importlib.import_module("torch._dynamo")
     apply.__doc__ = f"Apply {name}; arguments as for forward{inspect.signature(forward)}."
     apply.__qualname__ = f"{name}.apply"
-    cls.apply = classmethod(apply)
+    cls.apply = staticmethod(apply)
+    _guard_subclasses(cls)
     return cls
 
 
@@ -706,7 +762,7 @@ def functional(cls: type) -> Callable[..., Any]:
     """
     info = _info(cls)
     forward = info.forward if info.style == "setup_context" else _drop_ctx(info.forward)
-    apply, traced, bind = cls.apply, info.traced, info.binder.bind
+    apply, traced, bind = cls.apply, info.traced, info.binder.bind_traceable
 
     @functools.wraps(forward)
     def call(*args: Any, **kwargs: Any) -> Any:
