@@ -77,7 +77,7 @@ def binder(signature: inspect.Signature, fill_all: bool = True) -> _Both:
     return _Both(core._Binder("Fn", list(signature.parameters.values()), fill_all=fill_all))
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=1500, deadline=None)
 @given(signatures(), calls())
 def test_bind_matches_inspect(signature, call):
     args, kwargs = call
@@ -89,7 +89,7 @@ def test_bind_matches_inspect(signature, call):
         assert binder(signature).bind(args, kwargs) == want
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(signatures(), calls())
 def test_legacy_form_binding_is_the_shortest_equivalent_positional_call(signature, call):
     """For ``forward(ctx, ...)`` classes compatfn adds no defaults beyond what was given."""

@@ -97,6 +97,8 @@ def test_direct_apply_call():
 @pytest.mark.skipif(core.TORCH_VERSION < (2, 13), reason="dynamo takes keywords to apply: 2.13+")
 def test_direct_apply_call_with_keywords():
     fn = make_clip()
+    if compatfn.mode(fn) == "legacy":
+        pytest.skip("dynamo takes no keywords to apply of a legacy-form class (2.15 included)")
     check(lambda t: fn.apply(t, clip=0.5) * 2)
 
 

@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 from compatfn import core
@@ -104,28 +103,43 @@ def test_vendor_command_writes_one_importable_file(tmp_path):
     _exercise(_import_as(package, "throwaway_pkg._fn_compat"))
 
 
-def test_vendor_refuses_to_overwrite_without_force(tmp_path):
+def test_vendor_refuses_to_overwrite_without_force(tmp_path, capsys):
+    from compatfn.__main__ import main
+
     dest = tmp_path / "existing.py"
     dest.write_text("# mine\n")
-    command = [sys.executable, "-m", "compatfn", "vendor", str(dest)]
-    done = subprocess.run(command, capture_output=True, text=True)
-    assert done.returncode == 2 and "--force" in done.stderr
+    assert main(["vendor", str(dest)]) == 2
+    assert "--force" in capsys.readouterr().err
     assert dest.read_text() == "# mine\n"
-    subprocess.run([*command, "--force"], capture_output=True, text=True, check=True)
+    assert main(["vendor", str(dest), "--force"]) == 0
     assert dest.read_text().endswith(SOURCE)
+    assert main(["vendor", str(tmp_path / "not-python.txt")]) == 2
 
 
-@pytest.mark.parametrize("flag", [[], ["--json"]])
-def test_report_command(flag):
-    done = subprocess.run([sys.executable, "-m", "compatfn", *flag], capture_output=True, text=True)
+def test_report_command():
+    done = subprocess.run([sys.executable, "-m", "compatfn"], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    if flag:
-        import json
+    assert f"on torch {torch.__version__}" in done.stdout
+    assert "path taken: " in done.stdout
+    assert "\n5 passed, 0 failed" in done.stdout or "\n10 passed, 0 failed" in done.stdout
 
-        data = json.loads(done.stdout)
-        assert data["torch"] == str(torch.__version__)
-        assert data["path"] in ("native", "legacy")
-        assert data["selfcheck"] and all(row["ok"] for row in data["selfcheck"])
-    else:
-        assert f"on torch {torch.__version__}" in done.stdout
-        assert "0 failed" in done.stdout
+
+def test_report_json_and_failing_selfcheck(capsys, monkeypatch):
+    import json
+
+    from compatfn import __main__ as cli
+
+    assert cli.main(["--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["torch"] == str(torch.__version__)
+    assert data["path"] in ("native", "legacy")
+    assert data["features"]["torch"] == str(torch.__version__)
+    assert data["selfcheck"] and all(row["ok"] for row in data["selfcheck"])
+
+    def broken(cls, kwargs, device):
+        raise AssertionError("gradcheck returned False")
+
+    monkeypatch.setattr(cli, "_check", broken)
+    assert cli.main([]) == 1  # a failing self-check is a non-zero exit
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "0 passed" in out

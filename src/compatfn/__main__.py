@@ -54,7 +54,7 @@ def _input(device: str) -> torch.Tensor:
     return base.to(device).requires_grad_()
 
 
-def _check(cls: type, kwargs: Dict[str, Any], device: str) -> None:
+def _check(cls: Any, kwargs: Dict[str, Any], device: str) -> None:
     def call(x: torch.Tensor) -> Any:
         return cls.apply(x * 1, **kwargs)  # x * 1: in-place Functions must not get a leaf
 

@@ -106,9 +106,10 @@ _C_APPLY_BINDS = HAS_SETUP_CONTEXT and _TORCH_APPLY is _C_APPLY
 _transforms_active: Callable[[], bool] = getattr(
     torch._C, "_are_functorch_transforms_active", lambda: False
 )
+_unwrap_dead_wrappers: Optional[Callable[[tuple], tuple]]
 try:  # torch 2.0-2.14 unwrap dead functorch wrappers in Function.apply; do exactly the same.
     from torch._functorch.utils import unwrap_dead_wrappers as _unwrap_dead_wrappers
-except ImportError:  # torch 1.x (no functorch in core) or a torch that does it in C++
+except ImportError:  # torch 1.x (no functorch in core)
     _unwrap_dead_wrappers = None
 
 
@@ -207,25 +208,32 @@ class _Binder:
             if missing:
                 raise self._missing(missing)
 
+        names = tuple(None if name in self.posonly else name for name in self.names)
+
         def bind(args: tuple, kwargs: dict) -> tuple:
             given = len(args)
             if given > n:
                 return too_many(args, kwargs)
+            keys = tuple(kwargs)
+            end = given + len(keys)
+            if end >= nreq and keys == names[given:end]:  # the usual call: f(x, a=1, b=2)
+                values = args + tuple(kwargs.values())
+                return values + defaults[end:] if fill_all else values
             if given < nreq:
                 check_missing(given, kwargs)
-            values = list(args)
-            values += defaults[given:]
+            bound = list(args)
+            bound += defaults[given:]
             stop = n if fill_all else max(given, nreq)
             for name, value in kwargs.items():
                 i = index.get(name, -1)
                 if i < given:
                     check_keyword(name, given)  # raises the right TypeError
-                values[i] = value
+                bound[i] = value
                 if i >= stop:
                     stop = i + 1
             # setup_context style: every default is filled in; legacy form: only up to the last
             # argument given, as the equivalent positional call would.
-            return tuple(values) if stop == n else tuple(values[:stop])
+            return tuple(bound) if stop == n else tuple(bound[:stop])
 
         def bind_traceable(args: tuple, kwargs: dict) -> tuple:
             given = len(args)
@@ -312,7 +320,7 @@ class _Info:
         "twin",
     )
 
-    def __init__(self, cls: type, mode: str, style: str, binder: _Binder, forced: bool) -> None:
+    def __init__(self, cls: Any, mode: str, style: str, binder: _Binder, forced: bool) -> None:
         self.cls = cls
         self.forward: Callable = cls.forward  # the user's, before any change
         self.mode = mode  # "native" or "legacy"
@@ -320,7 +328,7 @@ class _Info:
         self.binder = binder
         self.forced = forced
         self.twin: Optional[type] = None  # legacy-form subclass running the adapter
-        self.traced: Optional[type] = None  # the class whose apply dynamo should trace
+        self.traced: Any = None  # the class whose apply dynamo should trace
         self.legacy_cls: Optional[type] = None  # cache for as_legacy()
 
 
@@ -399,11 +407,33 @@ def _legacy_form(cls: type, forward: Callable, setup_context: Callable) -> Dict[
 
 
 def _accept_save_for_forward(cls: type) -> None:
+    """Give torch < 1.11's ctx a ``save_for_forward`` (torch 1.11 added it, with forward-mode AD
+    reading saved tensors in ``jvp``), so that a setup_context calling it works for backward. On
+    torch 1.10, whose forward AD runs ``jvp`` without saved tensors, ``jvp`` then raises a clear
+    error instead of failing on an empty ``ctx.saved_tensors``."""
     backward_cls = cls._backward_cls  # type: ignore[attr-defined]
-    if not hasattr(backward_cls, "save_for_forward"):
-        # torch < 1.11 has no forward-mode AD for custom Functions, hence no ctx.save_for_forward;
-        # accept the call (there is nothing to save it for) so backward still works.
-        backward_cls.save_for_forward = lambda self, *tensors: None
+    if hasattr(backward_cls, "save_for_forward"):
+        return
+
+    def save_for_forward(self: Any, *tensors: Any) -> None:
+        self._saved_for_forward_needs_torch_1_11 = True
+
+    backward_cls.save_for_forward = save_for_forward
+    if not _defined(cls, "jvp"):
+        return
+    user_jvp, name = cls.jvp, cls.__qualname__  # type: ignore[attr-defined]
+
+    @functools.wraps(user_jvp)
+    def jvp(ctx: Any, *tangents: Any) -> Any:
+        if getattr(ctx, "_saved_for_forward_needs_torch_1_11", False):
+            raise RuntimeError(
+                f"{name}: ctx.save_for_forward needs torch >= 1.11; torch {torch.__version__} "
+                "runs jvp without the tensors setup_context saved. Keep what jvp needs as ctx "
+                "attributes (ctx.x = x) to support this torch, or upgrade it."
+            )
+        return user_jvp(ctx, *tangents)
+
+    cls.jvp = staticmethod(jvp)  # type: ignore[attr-defined]
 
 
 _NOT_COPIED = frozenset(
@@ -444,17 +474,19 @@ def _refusal(name: str) -> str:
     )
 
 
-def _guard_subclasses(cls: type) -> None:
+def _guard_subclasses(cls: Any, legacy_form: bool) -> None:
     """Give undecorated subclasses of ``cls`` torch's own ``apply`` (``cls.apply`` is bound to
-    ``cls``'s own forward and signature); a subclass that is decorated gets its own."""
+    ``cls``'s own forward and signature); a subclass that is decorated gets its own. Where ``cls``
+    was turned into the legacy form, a subclass overriding forward or setup_context cannot work
+    undecorated: its ``apply`` says so."""
     own = cls.__dict__.get("__init_subclass__")
 
-    def __init_subclass__(sub: type, **kwargs: Any) -> None:
+    def __init_subclass__(sub: Any, **kwargs: Any) -> None:
         if own is not None:
             own.__func__(sub, **kwargs)
         else:
-            super(cls, sub).__init_subclass__(**kwargs)  # type: ignore[misc]
-        if not HAS_SETUP_CONTEXT and ("forward" in sub.__dict__ or "setup_context" in sub.__dict__):
+            super(cls, sub).__init_subclass__(**kwargs)
+        if legacy_form and ("forward" in sub.__dict__ or "setup_context" in sub.__dict__):
             sub.apply = staticmethod(functools.partial(_undecorated, sub.__qualname__))
         else:
             sub.apply = _TORCH_APPLY
@@ -476,7 +508,7 @@ def _apply(
     native: Optional[Callable] = None,
     refuse: Optional[str] = None,
     unwrap: Optional[Callable] = None,
-    traced: Optional[type] = None,
+    traced: Any = None,
 ) -> Callable:
     """Build ``cls.apply``: bind the arguments when needed, then ``run`` the positional tuple.
 
@@ -515,7 +547,7 @@ def _apply(
             if _is_compiling():  # a constant while dynamo traces; the code below is not traceable
                 if kwargs or not low <= len(args) <= high:
                     args = bind_traceable(args, kwargs)
-                return traced.apply(*args)  # type: ignore[union-attr]
+                return traced.apply(*args)
             if kwargs or not low <= len(args) <= high:
                 args = bind(args, kwargs)
             if _transforms_active():
@@ -712,7 +744,7 @@ def _decorate(cls: Any, legacy: Optional[bool]) -> Any:
     apply.__doc__ = f"Apply {name}; arguments as for forward{inspect.signature(forward)}."
     apply.__qualname__ = f"{name}.apply"
     cls.apply = staticmethod(apply)
-    _guard_subclasses(cls)
+    _guard_subclasses(cls, mode == "legacy" and style == "setup_context")
     return cls
 
 
@@ -746,7 +778,7 @@ def as_legacy(cls: _F) -> _F:
     return info.legacy_cls  # type: ignore[return-value]
 
 
-def functional(cls: type) -> Callable[..., Any]:
+def functional(cls: Any) -> Callable[..., Any]:
     """Return a plain function that calls ``cls.apply``, with forward's signature and docstring.
 
     This is the form libraries expose (``my_op = MyFunction.apply``), keyword arguments included,
@@ -768,7 +800,7 @@ def functional(cls: type) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
         if _is_compiling():  # a constant while dynamo traces
             # Dynamo intercepts ``cls.apply`` and takes no keywords there: bind them here.
-            return traced.apply(*bind(args, kwargs))  # type: ignore[union-attr]
+            return traced.apply(*bind(args, kwargs))
         return apply(*args, **kwargs)
 
     call.__doc__ = forward.__doc__ or cls.__doc__
@@ -935,7 +967,7 @@ def custom_bwd(bwd: Optional[Callable] = None, *, device_type: str) -> Any:
     return wrapped
 
 
-def _autocast_setup_context(cls: type, forward: Callable, backward: Callable) -> None:
+def _autocast_setup_context(cls: Any, forward: Callable, backward: Callable) -> None:
     """Check custom_fwd/custom_bwd pairing; record the autocast state for a ctx-less forward."""
     name = cls.__qualname__
     fwd_amp = getattr(forward, "__autocast_fwd__", None)

@@ -6,7 +6,7 @@ newest. Each comes with a functional wrapper (built with :func:`compatfn.functio
 
 * ``ReLU`` / ``relu(x)`` / ``ReLUModule``: the minimal form; saves the output, nothing more.
 * ``ClippedReLU`` / ``clipped_relu(x, clip=1.0)`` / ``ClippedReLUModule``: a non-tensor argument
-  with a default and a ``None`` gradient for it; ``save_for_forward`` + ``jvp`` (forward-mode AD).
+  with a default and a ``None`` gradient for it.
 * ``MaskReLU`` / ``mask_relu(x)`` / ``MaskReLUModule``: saves a bool mask (1 byte/element) instead
   of the output; ``set_materialize_grads(False)``.
 * ``InplaceReLU`` / ``inplace_relu(x)`` / ``InplaceReLUModule``: in-place forward with
@@ -33,11 +33,12 @@ computed in float32 and rounded back, which is exact for these piecewise-linear 
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import torch
 
 import compatfn
+from compatfn.core import _is_compiling
 
 __all__ = [
     "BitReLU",
@@ -58,6 +59,7 @@ __all__ = [
 ]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
+_TORCH = tuple(int(p) for p in str(torch.__version__).split("+")[0].split(".")[:2])
 _threshold_backward = torch.ops.aten.threshold_backward
 
 
@@ -101,14 +103,8 @@ def _out_variant_ok() -> bool:
     Not when building a graph (double backward), under torch.func transforms or while
     torch.compile traces: there the out-of-place op is the one that composes.
     """
-    if torch.is_grad_enabled():
-        return False
-    active = getattr(torch._C, "_are_functorch_transforms_active", None)
-    if active is not None and active():
-        return False
-    compiler = getattr(torch, "compiler", None)
-    is_compiling = getattr(compiler, "is_compiling", None)
-    return not (is_compiling is not None and is_compiling())
+    # is_compiling first: dynamo cannot trace the transforms check (a C call returning a bool).
+    return not (torch.is_grad_enabled() or _is_compiling() or _transforms_active())
 
 
 _HAS_OUT = hasattr(_threshold_backward, "grad_input")  # aten overloads: torch >= 1.10 or so
@@ -132,17 +128,29 @@ def _select(grad: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         return _threshold_backward(grad.float(), keep.float(), 0).to(grad.dtype)
 
 
+def _transforms_active() -> bool:
+    active = getattr(torch._C, "_are_functorch_transforms_active", None)
+    return active is not None and bool(active())
+
+
 def _masked_grad(grad: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``grad`` where the bool ``mask`` is set, else 0."""
-    # uint8 -> float converts about 1.5x faster than bool -> float on CPU; the view is free.
-    return _select(grad, mask.view(torch.uint8).to(grad.dtype))
+    # torch 2.0's vmap has no batching rule for view(dtype); dynamo (2.1) cannot trace the check.
+    if _is_compiling() or not _transforms_active():
+        # uint8 -> float converts about 1.5x faster than bool -> float on CPU; the view is free.
+        mask = mask.view(torch.uint8)
+    return _select(grad, mask.to(grad.dtype))
 
 
 # Bit packing. Fast path: word-wide multiply on int64 views (needs Tensor.view(dtype) across
 # element sizes, torch >= 1.11, and a little-endian machine). Fallback: a broadcast weighted sum.
 _PACK = 0x0102040810204080  # byte k of a word -> bit 56 + k of the product (no carries)
 _SPREAD = 0x0101010101010101  # copy one byte into all eight bytes of a word
-_SELECT = 0x8040201008040201 - (1 << 64)  # keep bit k in byte k (as a signed int64)
+# Keep bit k in byte k. A 0-d int64 tensor, not a Python int: torch 2.1's fake tensors (used by
+# torch.compile) have no in-place ``bitwise_and_`` with a Scalar operand ("Expected a value of type
+# 'Tensor' for argument 'other'"), while the Tensor overload traces everywhere; eagerly a 0-d CPU
+# tensor is a scalar operand for any device, and costs the same as the Python int.
+_SELECT = 0x8040201008040201 - (1 << 64)
 
 
 def _has_wide_views() -> bool:
@@ -154,6 +162,28 @@ def _has_wide_views() -> bool:
 
 
 _WIDE_VIEWS = _has_wide_views()
+
+
+def _not_tracing() -> bool:
+    return False
+
+
+# The word-wide tricks are an eager-mode optimisation: while torch traces (torch.compile), plain
+# ops are used, which the compiler fuses anyway. torch 2.1's fake tensors get both tricks wrong
+# (``view(dtype)`` across element sizes keeps the element count; no ``bitwise_and_`` with a
+# Scalar), and torch 2.1-2.2 trace a Function's backward a second time with make_fx (AOTAutograd)
+# outside dynamo, where ``is_compiling()`` is False but ``torch.fx`` reports the trace. (Newer
+# torch traces it with dynamo only, and warns on ``is_fx_tracing``: not consulted there.)
+_fx_tracing: Callable[[], bool] = _not_tracing
+if (2, 1) <= _TORCH < (2, 3):
+    import torch.fx
+
+    _fx_tracing = torch.fx._symbolic_trace.is_fx_tracing
+
+
+def _tracing() -> bool:
+    """Whether torch is tracing this code (dynamo, or make_fx on torch 2.1-2.2)."""
+    return _is_compiling() or _fx_tracing()
 
 
 def _bit_weights(device: torch.device) -> torch.Tensor:
@@ -169,9 +199,13 @@ def _pack_nonzero(y: torch.Tensor) -> torch.Tensor:
     bits = torch.empty(words * 8, dtype=torch.bool, device=y.device)
     bits[:n].copy_(y.reshape(-1))  # float -> bool conversion: the cheapest "!= 0" there is
     bits[n:].zero_()
-    if _WIDE_VIEWS:
+    if _WIDE_VIEWS and not _tracing():
         product = bits.view(torch.int64).mul_(_PACK)
-        return product.view(torch.uint8).view(words, 8)[:, 7].clone(memory_format=torch.contiguous_format)
+        return (
+            product.view(torch.uint8)
+            .view(words, 8)[:, 7]
+            .clone(memory_format=torch.contiguous_format)
+        )
     weighted = bits.view(words, 8).to(torch.uint8) * _bit_weights(y.device)
     return weighted.sum(1).to(torch.uint8)
 
@@ -180,8 +214,12 @@ def _unpack_keep(packed: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tens
     """A ``dtype`` tensor of ``n`` elements, ``> 0`` where the bit is set and ``0`` elsewhere."""
     if n == 0:
         return torch.empty(0, dtype=dtype, device=packed.device)
-    if _WIDE_VIEWS:
-        spread = packed.to(torch.int64, memory_format=torch.contiguous_format).mul_(_SPREAD).bitwise_and_(_SELECT)
+    if _WIDE_VIEWS and not _tracing():
+        spread = (
+            packed.to(torch.int64, memory_format=torch.contiguous_format)
+            .mul_(_SPREAD)
+            .bitwise_and_(_SELECT)
+        )
         keep = spread.view(torch.uint8)  # byte k holds 0 or 2**k
     else:
         keep = (packed.unsqueeze(-1) & _bit_weights(packed.device)).view(-1)
@@ -251,17 +289,11 @@ class ClippedReLU(torch.autograd.Function):
         x, clip = inputs  # compatfn always passes the defaults: clip is here even for apply(x)
         mask = (x > 0) & (x < clip)  # compared in x.dtype, like the clamp bound
         ctx.save_for_backward(mask)
-        ctx.save_for_forward(mask)  # for jvp; compatfn keeps backward working where torch lacks it
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[torch.Tensor, None]:
         (mask,) = ctx.saved_tensors
         return _masked_grad(grad, mask), None  # None: clip is not differentiable
-
-    @staticmethod
-    def jvp(ctx: Any, x_t: torch.Tensor, clip_t: Any) -> torch.Tensor:
-        (mask,) = ctx.saved_tensors
-        return _threshold_backward(x_t, mask.to(x_t.dtype), 0)
 
 
 @compatfn.function
@@ -303,7 +335,10 @@ class InplaceReLU(torch.autograd.Function):
     def forward(x: torch.Tensor) -> torch.Tensor:
         """In-place ReLU: overwrites ``x`` and returns it.
 
-        Like ``torch.relu_``: an error on a leaf that requires grad, correct on views.
+        Like ``torch.relu_``: an error on a leaf that requires grad (raised by autograd after
+        forward ran, as for every custom in-place Function), correct on views. Where nothing
+        requires grad, torch < 2.0 (and the legacy path) may return a new Tensor object sharing
+        ``x``'s memory (pytorch #90209).
 
         Example::
 
@@ -312,7 +347,8 @@ class InplaceReLU(torch.autograd.Function):
             >>> inplace_relu(x) is x, x
             (True, tensor([0., 2.]))
         """
-        return _threshold_(x)
+        _threshold_(x)
+        return x  # the very input object: torch.compile checks that dirty inputs are returned
 
     @staticmethod
     def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: torch.Tensor) -> None:
@@ -375,7 +411,10 @@ class ReLUModule(torch.nn.Module):
 
 
 class ClippedReLUModule(torch.nn.Module):
-    """``nn.Module`` for :class:`ClippedReLU`. Example: ``ClippedReLUModule(6.0)(torch.randn(3))``."""
+    """``nn.Module`` for :class:`ClippedReLU`.
+
+    Example: ``ClippedReLUModule(clip=6.0)(torch.randn(3))``.
+    """
 
     def __init__(self, clip: float = 1.0) -> None:
         super().__init__()

@@ -17,7 +17,9 @@ Example::
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -67,10 +69,22 @@ def _defines(cls: type, name: str) -> bool:
     return False
 
 
+_ONCE_CODE = getattr(
+    torch.autograd.function.once_differentiable(lambda ctx, *grads: None), "__code__", None
+)
+
+
 def _once_differentiable(cls: type) -> bool:
-    backward = inspect.getattr_static(cls, "backward", None)
-    backward = getattr(backward, "__func__", backward)
-    return "once_differentiable" in getattr(backward, "__qualname__", "")
+    """Whether ``backward`` is wrapped by ``@once_differentiable`` (through any wrapper chain)."""
+    fn: Any = inspect.getattr_static(cls, "backward", None)
+    fn = getattr(fn, "__func__", fn)
+    for _ in range(16):
+        if fn is None:
+            return False
+        if getattr(fn, "__code__", None) is _ONCE_CODE:
+            return True
+        fn = getattr(fn, "__wrapped__", None)
+    return False
 
 
 def _tensors(values: Sequence[Any]) -> List[Tuple[int, torch.Tensor]]:
@@ -96,12 +110,21 @@ def _fresh(values: Sequence[Any], dtype: Optional[torch.dtype] = None) -> List[A
 
 
 def _fail(name: str, check: str, detail: str) -> AssertionError:
-    return AssertionError(f"check_function({name}) failed [{check}] on torch {torch.__version__}: "
-                          f"{detail}")
+    return AssertionError(
+        f"check_function({name}) failed [{check}] on torch {torch.__version__}: {detail}"
+    )
 
 
-def _assert_same(name: str, check: str, what: str, a: Any, b: Any, exact: bool,
-                 rtol: float = 1e-5, atol: float = 1e-6) -> None:
+def _assert_same(
+    name: str,
+    check: str,
+    what: str,
+    a: Any,
+    b: Any,
+    exact: bool,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+) -> None:
     if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
         a_seq = list(a) if isinstance(a, (tuple, list)) else [a]
         b_seq = list(b) if isinstance(b, (tuple, list)) else [b]
@@ -117,8 +140,11 @@ def _assert_same(name: str, check: str, what: str, a: Any, b: Any, exact: bool,
             raise _fail(name, check, f"{what}: {a!r} != {b!r}")
         return
     if a.shape != b.shape or a.dtype != b.dtype:
-        raise _fail(name, check, f"{what}: shape/dtype {tuple(a.shape)} {a.dtype} vs "
-                                 f"{tuple(b.shape)} {b.dtype}")
+        raise _fail(
+            name,
+            check,
+            f"{what}: shape/dtype {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}",
+        )
     a_, b_ = a.detach(), b.detach()
     if exact:
         same = a_ == b_
@@ -127,19 +153,28 @@ def _assert_same(name: str, check: str, what: str, a: Any, b: Any, exact: bool,
         ok = bool(same.all())
     else:
         low = (torch.float16, torch.bfloat16)
-        ok = torch.allclose(a_.double() if a_.dtype in low else a_,
-                            b_.double() if b_.dtype in low else b_,
-                            rtol=rtol, atol=atol, equal_nan=True)
+        ok = torch.allclose(
+            a_.double() if a_.dtype in low else a_,
+            b_.double() if b_.dtype in low else b_,
+            rtol=rtol,
+            atol=atol,
+            equal_nan=True,
+        )
     if not ok:
         diff = (a_.double() - b_.double()).abs()
         finite = diff[~torch.isnan(diff)]
         worst = float(finite.max()) if finite.numel() else float("nan")
-        raise _fail(name, check, f"{what} differ (max abs difference {worst:g}; "
-                                 f"{'exact match required' if exact else f'rtol={rtol}, atol={atol}'})")
+        raise _fail(
+            name,
+            check,
+            f"{what} differ (max abs difference {worst:g}; "
+            f"{'exact match required' if exact else f'rtol={rtol}, atol={atol}'})",
+        )
 
 
-def _run(call: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
-         ) -> Tuple[Any, List[Optional[torch.Tensor]], List[Any]]:
+def _run(
+    call: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Tuple[Any, List[Optional[torch.Tensor]], List[Any]]:
     """Call on fresh inputs (cloned, so in-place Functions work on non-leaves); return outputs and
     the gradients of ``sum(output * weights)`` w.r.t. the differentiable inputs."""
     leaves = _fresh(args)
@@ -176,10 +211,17 @@ def _dynamo_unsupported_reason() -> Optional[str]:
     return None
 
 
-def check_function(fn: Any, *inputs: Any, kwargs: Optional[Mapping[str, Any]] = None,
-                   checks: Optional[Sequence[str]] = None, gradcheck_dtype: Optional[torch.dtype]
-                   = torch.float64, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
-                   compile_backend: str = "aot_eager") -> CheckReport:
+def check_function(
+    fn: Any,
+    *inputs: Any,
+    kwargs: Optional[Mapping[str, Any]] = None,
+    checks: Optional[Sequence[str]] = None,
+    gradcheck_dtype: Optional[torch.dtype] = torch.float64,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    compile_backend: str = "aot_eager",
+) -> CheckReport:
     """Check a (``@compatfn.function``-decorated) autograd Function on the running torch.
 
     Runs, in order (``checks`` selects a subset; the rest are reported as skipped):
@@ -193,7 +235,11 @@ def check_function(fn: Any, *inputs: Any, kwargs: Optional[Mapping[str, Any]] = 
     * ``vmap``: ``torch.func.vmap`` of the call and of its gradient equals a loop, when the
       Function has ``generate_vmap_rule = True`` or a ``vmap`` staticmethod.
     * ``compile``: ``torch.compile(fullgraph=True, backend=compile_backend)`` of
-      ``compatfn.functional(fn)`` (and of ``fn.apply`` on torch >= 2.4) matches eager.
+      ``compatfn.functional(fn)`` (and of ``fn.apply`` on torch >= 2.4) matches eager. Skipped,
+      with the reason, only where the failure names a ctx method (``set_materialize_grads``,
+      ``mark_dirty``, ``mark_non_differentiable``) and a minimal plain-torch Function (legacy
+      form, no compatfn) using that method fails to compile the same way on the running torch
+      (e.g. torch 2.1); the probe runs once per process. Any other failure is a failure.
 
     ``fn`` is a Function class; a plain callable (e.g. a functional wrapper) gets the checks that
     need no class. Inputs that should get gradients need ``requires_grad=True``; pick values away
@@ -238,13 +284,12 @@ def check_function(fn: Any, *inputs: Any, kwargs: Optional[Mapping[str, Any]] = 
 
     gc_inputs = _fresh(inputs, gradcheck_dtype)
     gc_diff = [gc_inputs[i] for i in diff]
-    gc_args = dict(eps=eps, atol=atol, rtol=rtol, raise_exception=True)
+    gc_args: Dict[str, Any] = dict(eps=eps, atol=atol, rtol=rtol, raise_exception=True)
 
     # forward ------------------------------------------------------------------------------
     if want("forward"):
         leaves = _fresh(inputs)
-        used = [v.clone() if isinstance(v, torch.Tensor) and v.requires_grad else v
-                for v in leaves]
+        used = [v.clone() if isinstance(v, torch.Tensor) and v.requires_grad else v for v in leaves]
         versions = {i: v._version for i, v in _tensors(used)}
         try:
             out = call(*used, **kwargs)
@@ -253,9 +298,13 @@ def check_function(fn: Any, *inputs: Any, kwargs: Optional[Mapping[str, Any]] = 
         outs = out if isinstance(out, (tuple, list)) else (out,)
         for i, v in _tensors(used):
             if v._version != versions[i] and not any(o is v for o in outs):
-                raise _fail(name, "forward", f"input {i} was modified in place but not returned "
-                                             "(an in-place forward must return the input and "
-                                             "call ctx.mark_dirty on it)")
+                raise _fail(
+                    name,
+                    "forward",
+                    f"input {i} was modified in place but not returned "
+                    "(an in-place forward must return the input and "
+                    "call ctx.mark_dirty on it)",
+                )
         report.ran.append("forward")
 
     # gradcheck / gradgradcheck -------------------------------------------------------------
@@ -289,15 +338,27 @@ def check_function(fn: Any, *inputs: Any, kwargs: Optional[Mapping[str, Any]] = 
             skip("forward_ad", f"{name} defines no jvp")
         elif not diff:
             skip("forward_ad", "no input has requires_grad=True")
-        elif not has_fwd or not hasattr(torch.autograd.function, "FunctionCtx") or not hasattr(
-                torch.autograd.function.FunctionCtx, "save_for_forward"):
-            skip("forward_ad", f"torch {torch.__version__} has no forward-mode AD for custom "
-                               "Functions (save_for_forward/jvp: torch >= 1.11)")
+        elif (
+            not has_fwd
+            or not hasattr(torch.autograd.function, "FunctionCtx")
+            or not hasattr(torch.autograd.function.FunctionCtx, "save_for_forward")
+        ):
+            skip(
+                "forward_ad",
+                f"torch {torch.__version__} has no forward-mode AD for custom "
+                "Functions (save_for_forward/jvp: torch >= 1.11)",
+            )
         else:
             try:
-                torch.autograd.gradcheck(closure(call), tuple(gc_diff), check_forward_ad=True,
-                                         check_backward_ad=False, check_undefined_grad=False,
-                                         check_batched_grad=False, **gc_args)
+                torch.autograd.gradcheck(
+                    closure(call),
+                    tuple(gc_diff),
+                    check_forward_ad=True,
+                    check_backward_ad=False,
+                    check_undefined_grad=False,
+                    check_batched_grad=False,
+                    **gc_args,
+                )
             except Exception as exc:
                 raise _fail(name, "forward_ad", f"{type(exc).__name__}: {exc}") from exc
             report.ran.append("forward_ad")
@@ -308,45 +369,67 @@ def check_function(fn: Any, *inputs: Any, kwargs: Optional[Mapping[str, Any]] = 
         if not is_cls:
             skip("parity", "not a Function class")
         elif mode != "native":
-            why = ("torch < 2.0 has only the legacy path" if _torch_version() < (2, 0)
-                   else "it runs on the legacy path (legacy=True or COMPATFN_LEGACY=1)")
+            why = (
+                "torch < 2.0 has only the legacy path"
+                if _torch_version() < (2, 0)
+                else "it runs on the legacy path (legacy=True or COMPATFN_LEGACY=1)"
+            )
             skip("parity", f"{name} has no native path to compare: {why}")
         else:
             twin = compatfn.as_legacy(fn)
             native_out, native_grads, _ = _run(fn.apply, inputs, kwargs)
             legacy_out, legacy_grads, _ = _run(twin.apply, inputs, kwargs)
-            _assert_same(name, "parity", "outputs (native vs legacy)", native_out, legacy_out,
-                         exact=True)
-            _assert_same(name, "parity", "gradients (native vs legacy)", native_grads,
-                         legacy_grads, exact=True)
+            _assert_same(
+                name, "parity", "outputs (native vs legacy)", native_out, legacy_out, exact=True
+            )
+            _assert_same(
+                name,
+                "parity",
+                "gradients (native vs legacy)",
+                native_grads,
+                legacy_grads,
+                exact=True,
+            )
             report.ran.append("parity")
 
     # torch.func.vmap ----------------------------------------------------------------------
     if want("vmap"):
-        why = _vmap_skip_reason(fn, is_cls, name)
-        if why:
-            skip("vmap", why)
+        vmap_why = _vmap_skip_reason(fn, is_cls, name)
+        if vmap_why:
+            skip("vmap", vmap_why)
         else:
             _check_vmap(fn, name, inputs, kwargs, rtol, atol)
             report.ran.append("vmap")
 
     # torch.compile ------------------------------------------------------------------------
     if want("compile"):
-        why = _dynamo_unsupported_reason()
-        if why:
-            skip("compile", why)
+        compile_why = _dynamo_unsupported_reason()
+        if compile_why is None and is_cls and _defines(fn, "jvp"):
+            compile_why = "torch.compile (dynamo) does not trace Functions that define a custom jvp"
+        if compile_why:
+            skip("compile", compile_why)
         else:
             targets: List[Tuple[str, Callable[..., Any]]] = [
-                ("compatfn.functional", compatfn.functional(fn) if is_cls else fn)]
+                ("compatfn.functional", compatfn.functional(fn) if is_cls else fn)
+            ]
             if is_cls and _torch_version() >= (2, 4):
                 targets.append(("apply", fn.apply))
+            limitation = None
             for label, target in targets:
-                _check_compile(target, name, label, inputs, kwargs, compile_backend, rtol, atol)
-            report.ran.append("compile")
+                limitation = _check_compile(
+                    target, name, label, inputs, kwargs, compile_backend, rtol, atol
+                )
+                if limitation:  # a torch limitation, proven by the plain-torch probe
+                    break
+            if limitation:
+                skip("compile", limitation)
+            else:
+                report.ran.append("compile")
             if is_cls and _torch_version() < (2, 4):
                 report.skipped["compile(apply)"] = (
                     "direct Fn.apply of setup_context Functions compiles from torch 2.4 "
-                    "(pytorch #118397); compatfn.functional(Fn) was compiled instead")
+                    "(pytorch #118397); compatfn.functional(Fn) was compiled instead"
+                )
     return report
 
 
@@ -362,10 +445,12 @@ def _vmap_skip_reason(fn: Any, is_cls: bool, name: str) -> Optional[str]:
     return None
 
 
-def _check_vmap(fn: Any, name: str, inputs: Sequence[Any], kwargs: Mapping[str, Any],
-                rtol: float, atol: float) -> None:
+def _check_vmap(
+    fn: Any, name: str, inputs: Sequence[Any], kwargs: Mapping[str, Any], rtol: float, atol: float
+) -> None:
     if _torch_version() == (2, 3):
-        import torch._dynamo  # noqa: F401  # pytorch #128607: first transform fails otherwise
+        # pytorch #128607: on 2.3.x the first transform in a fresh process fails otherwise.
+        importlib.import_module("torch._dynamo")
 
     tensor_pos = [i for i, v in _tensors(inputs)]
     if not tensor_pos:
@@ -377,8 +462,9 @@ def _check_vmap(fn: Any, name: str, inputs: Sequence[Any], kwargs: Mapping[str, 
         t = base[i]
         flat = t.reshape(-1)
         second[i] = flat.flip(0).reshape(t.shape) if flat.numel() else t
-    batched = [torch.stack([base[i], second[i]]) if i in tensor_pos else base[i]
-               for i in range(len(base))]
+    batched = [
+        torch.stack([base[i], second[i]]) if i in tensor_pos else base[i] for i in range(len(base))
+    ]
     in_dims = tuple(0 if i in tensor_pos else None for i in range(len(base)))
 
     def call(*values: Any) -> Any:
@@ -393,8 +479,9 @@ def _check_vmap(fn: Any, name: str, inputs: Sequence[Any], kwargs: Mapping[str, 
         expect_b: Any = [torch.stack([a, b]) for a, b in zip(expect[0], expect[1])]
     else:
         expect_b = torch.stack(expect)
-    _assert_same(name, "vmap", "vmap outputs vs loop", got, expect_b, exact=False, rtol=rtol,
-                 atol=atol)
+    _assert_same(
+        name, "vmap", "vmap outputs vs loop", got, expect_b, exact=False, rtol=rtol, atol=atol
+    )
 
     diff = [i for i in _diff_inputs(inputs) if inputs[i].is_floating_point()]
     if not diff:
@@ -403,8 +490,11 @@ def _check_vmap(fn: Any, name: str, inputs: Sequence[Any], kwargs: Mapping[str, 
     def total(*values: Any) -> torch.Tensor:
         out = call(*values)
         outs = out if isinstance(out, (tuple, list)) else (out,)
-        acc = sum((o * _weights(o)).sum() for o in outs
-                  if isinstance(o, torch.Tensor) and o.is_floating_point())
+        acc = sum(
+            (o * _weights(o)).sum()
+            for o in outs
+            if isinstance(o, torch.Tensor) and o.is_floating_point()
+        )
         return acc  # type: ignore[return-value]
 
     grad_fn = torch.func.grad(total, argnums=tuple(diff))
@@ -414,28 +504,180 @@ def _check_vmap(fn: Any, name: str, inputs: Sequence[Any], kwargs: Mapping[str, 
         raise _fail(name, "vmap", f"vmap(grad): {type(exc).__name__}: {exc}") from exc
     loop = [grad_fn(*base), grad_fn(*second)]
     expect_g = [torch.stack([a, b]) for a, b in zip(loop[0], loop[1])]
-    _assert_same(name, "vmap", "vmap(grad) vs loop", list(got_g), expect_g, exact=False,
-                 rtol=rtol, atol=atol)
+    _assert_same(
+        name, "vmap", "vmap(grad) vs loop", list(got_g), expect_g, exact=False, rtol=rtol, atol=atol
+    )
 
 
-def _check_compile(target: Callable[..., Any], name: str, label: str, inputs: Sequence[Any],
-                   kwargs: Mapping[str, Any], backend: str, rtol: float, atol: float) -> None:
-    import torch._dynamo
+def _check_compile(
+    target: Callable[..., Any],
+    name: str,
+    label: str,
+    inputs: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    backend: str,
+    rtol: float,
+    atol: float,
+) -> Optional[str]:
+    """Compile ``target`` and compare with eager; raise ``AssertionError`` on a failure.
 
-    torch._dynamo.reset()
+    Returns a skip reason instead where the failure is a limitation of this torch that the same
+    ctx feature in a plain-torch Function reproduces (see :func:`_torch_ctx_limitation`), and
+    ``None`` when the check ran.
+    """
+    dynamo = importlib.import_module("torch._dynamo")
+    dynamo.reset()
     compiled = torch.compile(target, fullgraph=True, backend=backend)
     try:
         got_out, got_grads, _ = _run(compiled, inputs, kwargs)
     except Exception as exc:
-        raise _fail(name, "compile", f"{label} with backend={backend!r}: "
-                                     f"{type(exc).__name__}: {exc}") from exc
+        why = _torch_ctx_limitation(exc, backend)
+        if why:
+            return f"{why}; compiling {label}({name}) failed the same way"
+        raise _fail(
+            name, "compile", f"{label} with backend={backend!r}: {type(exc).__name__}: {exc}"
+        ) from exc
     finally:
-        torch._dynamo.reset()
+        dynamo.reset()
     exp_out, exp_grads, _ = _run(target, inputs, kwargs)
-    _assert_same(name, "compile", f"compiled {label} outputs", got_out, exp_out, exact=False,
-                 rtol=rtol, atol=atol)
-    _assert_same(name, "compile", f"compiled {label} gradients", got_grads, exp_grads,
-                 exact=False, rtol=rtol, atol=atol)
+    _assert_same(
+        name,
+        "compile",
+        f"compiled {label} outputs",
+        got_out,
+        exp_out,
+        exact=False,
+        rtol=rtol,
+        atol=atol,
+    )
+    _assert_same(
+        name,
+        "compile",
+        f"compiled {label} gradients",
+        got_grads,
+        exp_grads,
+        exact=False,
+        rtol=rtol,
+        atol=atol,
+    )
+    return None
+
+
+# --------------------------------------------------------------------------- compile probes
+#
+# Some torch releases cannot compile a Function that uses a given ctx method at all (torch 2.1's
+# dynamo refuses to inline ``FunctionCtx.set_materialize_grads`` and ``FunctionCtx.mark_dirty``:
+# "Unsupported: inline in skipfiles"). check_function skips its compile check for that reason
+# only when a minimal plain-torch Function -- legacy form, no compatfn -- using the same ctx
+# method fails to compile with the same exception type naming the same method on the running
+# torch. Anything else stays a failure, so a compatfn bug cannot hide behind a torch limitation.
+
+
+class _PlainSetMaterializeGrads(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.set_materialize_grads(False)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, grad: Optional[torch.Tensor]) -> Optional[torch.Tensor]:  # type: ignore[override]
+        return None if grad is None else grad * 2
+
+
+class _PlainMarkDirty(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        x.mul_(2)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return grad * 2
+
+
+class _PlainMarkNonDifferentiable(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        mask = x > 0
+        ctx.mark_non_differentiable(mask)
+        return x * 2, mask
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor, _: Any) -> torch.Tensor:  # type: ignore[override]
+        return grad * 2
+
+
+#: ctx method -> a minimal plain-torch (legacy-form) Function whose forward uses it.
+_PLAIN_CTX_PROBES: Dict[str, Any] = {
+    "set_materialize_grads": _PlainSetMaterializeGrads,
+    "mark_dirty": _PlainMarkDirty,
+    "mark_non_differentiable": _PlainMarkNonDifferentiable,
+}
+_CTX_FEATURE_RE = re.compile(r"\b(" + "|".join(_PLAIN_CTX_PROBES) + r")\b")
+
+#: (ctx method, backend) -> None if the plain probe compiled and ran, else (exception type
+#: name, first line of its message). Filled on first use; one probe per process and backend.
+_PLAIN_PROBE_RESULTS: Dict[Tuple[str, str], Optional[Tuple[str, str]]] = {}
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, without dynamo's preamble and source paths."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    text = text.split("The reason was: ")[-1]  # speculate_subgraph: ... The reason was: <cause>
+    return text.split(" | ")[0].strip()  # "inline in skipfiles: FunctionCtx.x  | x /path/file.py"
+
+
+def _plain_compile_failure(feature: str, backend: str) -> Optional[Tuple[str, str]]:
+    """Compile (``fullgraph=True``) and run fwd+bwd of the plain-torch probe for ``feature``.
+
+    Returns ``None`` when it works, else the exception's type name and first message line.
+    Cached per (feature, backend).
+    """
+    key = (feature, backend)
+    if key in _PLAIN_PROBE_RESULTS:
+        return _PLAIN_PROBE_RESULTS[key]
+    probe = _PLAIN_CTX_PROBES[feature]
+
+    def call(x: torch.Tensor) -> Any:
+        return probe.apply(x)
+
+    dynamo = importlib.import_module("torch._dynamo")
+    dynamo.reset()
+    result: Optional[Tuple[str, str]] = None
+    try:
+        leaf = torch.tensor([-1.0, 2.0], dtype=torch.float64, requires_grad=True)
+        out = torch.compile(call, fullgraph=True, backend=backend)(leaf.clone())
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        torch.autograd.grad(first.sum(), leaf)
+    except Exception as exc:
+        result = (type(exc).__name__, _first_line(exc))
+    finally:
+        dynamo.reset()
+    _PLAIN_PROBE_RESULTS[key] = result
+    return result
+
+
+def _torch_ctx_limitation(exc: BaseException, backend: str) -> Optional[str]:
+    """A skip reason if ``exc`` (from compiling a Function) is a limitation of this torch.
+
+    That is: its message names a ctx method, and the plain-torch probe using that method fails
+    to compile here with the same exception type and a message naming the same method.
+    """
+    text = _first_line(exc)
+    for feature in dict.fromkeys(_CTX_FEATURE_RE.findall(text)):
+        plain = _plain_compile_failure(feature, backend)
+        if plain is None:
+            continue  # the plain Function compiles: not a torch limitation
+        plain_type, plain_text = plain
+        if plain_type == type(exc).__name__ and feature in plain_text:
+            return (
+                f"torch {torch.__version__} cannot torch.compile (fullgraph=True, "
+                f"backend={backend!r}) any autograd.Function that calls ctx.{feature}, not "
+                f"even a plain legacy-form one without compatfn ({plain_type}: {plain_text})"
+            )
+    return None
 
 
 # --------------------------------------------------------------------------- saved_bytes
@@ -492,11 +734,11 @@ def saved_bytes(fn: Any, *inputs: Any, **kwargs: Any) -> int:
         raise RuntimeError(
             f"saved_bytes: torch {torch.__version__} has no saved_tensors_hooks (torch >= 1.10), "
             f"and the output's grad_fn {type(node).__name__} is a built-in op whose saved "
-            "tensors cannot be inspected here")
+            "tensors cannot be inspected here"
+        )
     seen_old: Dict[Tuple[str, int], int] = {}
     for t in node.saved_tensors:
         if t is not None:
             key, nbytes = _storage_key_and_bytes(t)
             seen_old[key] = nbytes
     return sum(seen_old.values())
-

@@ -1,0 +1,220 @@
+"""Per-call overhead of ``@compatfn.function`` (issue 2, "Performance"), side by side.
+
+Usage::
+
+    python benchmarks/overhead.py            # µs per call, 1-element CPU tensor
+    python benchmarks/overhead.py --quick --json overhead.json
+
+Phases: ``fwd`` (forward on an input that requires grad, as in training: the call records the
+graph; the targets refer to it), ``fwd, no grad`` (the cheapest call, where the fixed per-call cost
+weighs most; reported, no target) and ``fwd+bwd`` (with ``torch.autograd.grad``). Rows:
+
+* native path (torch with ``setup_context``): the same setup_context-style class decorated vs
+  undecorated, called positionally; the decorated one also with a keyword and with the default.
+  Targets: torch 2.2+ decorated <= 0.5x undecorated (fwd+bwd <= 0.75x); 2.0/2.1 <= 1.03x.
+* legacy path (torch 1.x, or ``@compatfn.function(legacy=True)`` on 2.x): the adapted class vs an
+  equivalent hand-written ``forward(ctx, ...)`` Function called positionally. Targets: <= 1.10x
+  positional, <= 1.30x keyword.
+
+All rows of one kind are measured in the same process, in alternating rounds; the best median is
+kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+from torch.utils.benchmark import Timer
+
+import compatfn
+
+HAS_SETUP_CONTEXT = hasattr(torch.autograd.Function, "setup_context")
+TORCH = tuple(int(p) for p in str(torch.__version__).split("+")[0].split(".")[:2])
+
+
+def make_new() -> type:
+    """A fresh, undecorated setup_context-style class (one per call: decorating one is safe)."""
+
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
+            return x * scale
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
+            ctx.scale = inputs[1] if len(inputs) > 1 else 2.0  # undecorated 2.0/2.1: no default
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> Tuple[torch.Tensor, None]:
+            return grad * ctx.scale, None
+
+    return Scale
+
+
+class HandLegacy(torch.autograd.Function):
+    """The same Function, hand-written in the legacy style (the 1.x baseline)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:  # type: ignore[override]
+        ctx.scale = scale
+        return x * scale
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[torch.Tensor, None]:  # type: ignore[override]
+        return grad * ctx.scale, None
+
+
+def _rows() -> List[Tuple[str, str, str, str]]:
+    """(kind, label, statement, baseline label)."""
+    rows: List[Tuple[str, str, str, str]] = []
+    if HAS_SETUP_CONTEXT:
+        rows += [
+            (
+                "native",
+                "undecorated (positional)",
+                "Plain.apply(x, 2.0)",
+                "undecorated (positional)",
+            ),
+            ("native", "compatfn (positional)", "Native.apply(x, 2.0)", "undecorated (positional)"),
+            (
+                "native",
+                "compatfn (keyword)",
+                "Native.apply(x, scale=2.0)",
+                "undecorated (positional)",
+            ),
+            ("native", "compatfn (default)", "Native.apply(x)", "undecorated (positional)"),
+        ]
+    rows += [
+        (
+            "legacy",
+            "hand-written legacy (positional)",
+            "HandLegacy.apply(x, 2.0)",
+            "hand-written legacy (positional)",
+        ),
+        (
+            "legacy",
+            "compatfn legacy (positional)",
+            "Legacy.apply(x, 2.0)",
+            "hand-written legacy (positional)",
+        ),
+        (
+            "legacy",
+            "compatfn legacy (keyword)",
+            "Legacy.apply(x, scale=2.0)",
+            "hand-written legacy (positional)",
+        ),
+        (
+            "legacy",
+            "compatfn legacy (default)",
+            "Legacy.apply(x)",
+            "hand-written legacy (positional)",
+        ),
+    ]
+    return rows
+
+
+def PHASES(stmt: str, x0: torch.Tensor, xg: torch.Tensor) -> List[Tuple[str, str, torch.Tensor]]:
+    """The measured calls: forward as in training (the input requires grad, so the call records
+    the graph: the baseline the targets refer to), forward on an input without grad (the
+    cheapest call, where fixed per-call costs weigh most), and forward+backward."""
+    return [
+        ("fwd", stmt, xg),
+        ("fwd, no grad", stmt, x0),
+        ("fwd+bwd", f"grad({stmt}, x, g)", xg),
+    ]
+
+
+def _targets(kind: str, label: str, phase: str) -> Optional[float]:
+    if phase == "fwd, no grad":
+        return None
+    if kind == "native" and label.startswith("compatfn (positional)"):
+        if TORCH >= (2, 2):
+            return 0.5 if phase == "fwd" else 0.75
+        return 1.03
+    if kind == "legacy" and label.startswith("compatfn legacy (positional)"):
+        return 1.10
+    if kind == "legacy" and label.startswith("compatfn legacy (keyword)"):
+        return 1.30
+    return None
+
+
+def measure(rounds: int, min_run_time: float) -> List[Dict[str, Any]]:
+    env: Dict[str, Any] = {"HandLegacy": HandLegacy, "grad": torch.autograd.grad}
+    if HAS_SETUP_CONTEXT:
+        env["Plain"] = make_new()
+        env["Native"] = compatfn.function(make_new())
+    env["Legacy"] = compatfn.function(make_new(), legacy=True)
+    x0 = torch.ones(1)
+    xg = torch.ones(1, requires_grad=True)
+    g = torch.ones(1)
+    rows = _rows()
+    best: Dict[Tuple[str, str], float] = {}
+    for _ in range(rounds):
+        for _kind, label, stmt, _ in rows:
+            for phase, s, x in PHASES(stmt, x0, xg):
+                t = (
+                    Timer(s, globals={**env, "x": x, "g": g})
+                    .blocked_autorange(min_run_time=min_run_time)
+                    .median
+                )
+                key = (label, phase)
+                best[key] = min(best.get(key, float("inf")), t)
+    out = []
+    for kind, label, stmt, base in rows:
+        for phase, _, _ in PHASES(stmt, x0, xg):
+            t = best[(label, phase)]
+            out.append(
+                {
+                    "kind": kind,
+                    "label": label,
+                    "call": stmt,
+                    "phase": phase,
+                    "us": t * 1e6,
+                    "ratio": t / best[(base, phase)],
+                    "baseline": base,
+                    "target": _targets(kind, label, phase),
+                    "mode": compatfn.mode(env["Native" if kind == "native" else "Legacy"]),
+                }
+            )
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="one short round")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--min-run-time", type=float, default=0.3)
+    p.add_argument("--json", default=None, help="write the rows as JSON here")
+    args = p.parse_args(argv)
+    rounds, mrt = (1, 0.05) if args.quick else (args.rounds, args.min_run_time)
+    torch.set_num_threads(1)
+    print(
+        f"per-call overhead: torch {torch.__version__}, compatfn {compatfn.__version__}, Python "
+        f"{platform.python_version()}, 1-element CPU tensor, µs per call (best of {rounds})"
+    )
+    rows = measure(rounds, mrt)
+    print(f"{'path':7} {'call':34} {'phase':8} {'µs':>8} {'ratio':>6}  target")
+    for r in rows:
+        target = (
+            ""
+            if r["target"] is None
+            else (f"<= {r['target']}x: {'ok' if r['ratio'] <= r['target'] else 'MISSED'}")
+        )
+        print(
+            f"{r['mode']:7} {r['label']:34} {r['phase']:8} {r['us']:8.2f} {r['ratio']:6.2f}  "
+            f"{target}"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"torch": str(torch.__version__), "rows": rows}, f, indent=1)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""Test compatfn against every supported torch release.
+
+``nox`` runs the fast default subset (what CI runs); ``nox -l`` lists every session; ``nox -t cpu``
+runs the whole table (``tools/run_matrix.py`` does that in disk-friendly batches). The table of
+releases lives in ``tools/matrix.py``. Every test session installs the wheel built from this
+checkout (never the source tree), checks that it imported the torch it asked for, and writes JUnit
+XML to ``reports/junit/`` for ``nox -s report``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import matrix  # noqa: E402  (tools/matrix.py)
+import report  # noqa: E402  (tools/report.py)
+
+nox.needs_version = ">=2024.3.2"
+nox.options.default_venv_backend = "uv|virtualenv"
+# A missing interpreter is an error everywhere, not only on CI: never a silent skip.
+nox.options.error_on_missing_interpreters = True
+
+# nox compares `-s` names after ast.parse(), so `nox -s tests-2.1` would also run tests-2.10 (both
+# read as `tests - 2.1`). No session here is parametrized: compare names as the strings they are.
+if hasattr(nox.manifest, "_normalize_arg"):
+    nox.manifest._normalize_arg = str
+
+JUNIT_DIR = ROOT / "reports" / "junit"
+_wheel: Path | None = None
+
+
+def _build_wheel(session: nox.Session) -> Path:
+    """Build compatfn's wheel once per nox run (into a temporary folder) and return its path."""
+    global _wheel
+    if _wheel is None or not _wheel.exists():
+        out = Path(tempfile.mkdtemp(prefix="compatfn-wheel-"))
+        atexit.register(shutil.rmtree, out, ignore_errors=True)
+        if session.venv_backend == "uv":
+            session.run_install("uv", "build", "--wheel", "-o", str(out), str(ROOT), external=True)
+        else:
+            session.install("build")
+            session.run_install("python", "-m", "build", "--wheel", "-o", str(out), str(ROOT))
+        (_wheel,) = out.glob("compatfn-*.whl")
+    return _wheel
+
+
+def _install(session: nox.Session, row: matrix.Row, *extra: str) -> None:
+    """Install the row's torch, the built wheel with its test extra and ``extra``, in one go."""
+    wheel = _build_wheel(session)
+    session.install(
+        f"torch=={row.torch}",
+        *row.deps,
+        f"compatfn[{matrix.TEST_EXTRA}] @ {wheel.as_uri()}",
+        *extra,
+    )
+    # A reused venv (-r) already holds a compatfn 0.1.0: replace it with this build.
+    session.install("--no-deps", "--force-reinstall", str(wheel))
+
+
+def _run_tests(session: nox.Session, row: matrix.Row, env: dict[str, str], *args: str) -> None:
+    """Install ``row``, run pytest against it and print a one-line summary, pass or fail.
+
+    The JUnit XML goes to ``reports/junit/<session>.xml``; a session that fails before pytest
+    writes one (install error, wrong torch, no GPU) leaves an XML that records the error, so the
+    report never shows an older result for it.
+    """
+    started = time.monotonic()
+    JUNIT_DIR.mkdir(parents=True, exist_ok=True)
+    junit = JUNIT_DIR / f"{session.name}.xml"
+    junit.unlink(missing_ok=True)
+    env = {
+        "COMPATFN_EXPECT_TORCH": row.torch,
+        "COMPATFN_EXPECT_INSTALLED": "1",
+        **env,
+    }
+    pytest_started = None
+    try:
+        _install(session, row)
+        pytest_started = time.monotonic()
+        pytest = ("pytest", f"--junitxml={junit}", "--durations=5", *args, *session.posargs)
+        session.run(*pytest, env=env)
+    except BaseException:
+        if not junit.exists():
+            report.write_error(
+                junit, "the session failed before pytest reported any test (see its log)"
+            )
+        raise
+    finally:
+        end = time.monotonic()
+        if junit.exists():
+            result = report.read_junit(junit)
+            pytest_s = f"pytest {end - pytest_started:.1f} s, " if pytest_started else ""
+            session.log(
+                f"SUMMARY {session.name}: {result.one_line()}; "
+                f"{pytest_s}session {end - started:.0f} s"
+            )
+
+
+def _tests_session(row: matrix.Row, *, legacy: bool) -> None:
+    suffix = "-legacy" if legacy else ""
+    forced = " with COMPATFN_LEGACY=1 forced" if legacy else ""
+
+    def tests(session: nox.Session) -> None:
+        _run_tests(session, row, {"COMPATFN_LEGACY": "1"} if legacy else {})
+
+    tests.__doc__ = f"Run the tests on torch {row.torch} (Python {row.python}){forced}."
+    nox.session(
+        name=f"tests-{row.key}{suffix}",
+        python=row.python,
+        tags=["cpu", "legacy"] if legacy else ["cpu"],
+        default=row.legacy_default if legacy else row.default,
+    )(tests)
+
+
+def _cuda_session(row: matrix.Row) -> None:
+    def cuda(session: nox.Session) -> None:
+        # COMPATFN_REQUIRE_CUDA makes tests/conftest.py stop the run when no GPU is usable.
+        _run_tests(session, row, {"COMPATFN_REQUIRE_CUDA": "1"}, "-m", "cuda")
+
+    cuda.__doc__ = f"Run the CUDA tests on torch {row.torch}; fails without a usable GPU."
+    nox.session(name=f"cuda-{row.key}", python=row.python, tags=["cuda"], default=False)(cuda)
+
+
+def _bench_session(row: matrix.Row) -> None:
+    def bench(session: nox.Session) -> None:
+        script = ROOT / "benchmarks" / "run.py"
+        if not script.exists():
+            session.error(f"{script.relative_to(ROOT)} does not exist: nothing to benchmark")
+        _install(session, row)
+        session.run("python", str(script), *session.posargs)
+
+    bench.__doc__ = (
+        f"Run benchmarks/run.py (compatfn vs plain torch, per call) on torch {row.torch}."
+    )
+    nox.session(name=f"bench-{row.key}", python=row.python, tags=["bench"], default=False)(bench)
+
+
+for _row in matrix.ROWS:
+    _tests_session(_row, legacy=False)
+    if _row.native:
+        _tests_session(_row, legacy=True)
+for _row in matrix.ROWS:
+    _cuda_session(_row)
+for _row in matrix.ROWS:
+    if _row.bench:
+        _bench_session(_row)
+
+
+@nox.session(python=matrix.LINT_PYTHON)
+def lint(session: nox.Session) -> None:
+    """Ruff (lint, format check) over the repository; mypy over src/ (with torch) and tools/."""
+    session.install(*matrix.LINT_DEPS)
+    session.run("ruff", "check", *session.posargs)
+    session.run("ruff", "format", "--check", *session.posargs)
+    session.run("mypy")
+    session.run("mypy", "--strict", "tools")
+
+
+@nox.session(name="report", python=False, default=False)
+def report_(session: nox.Session) -> None:
+    """Turn reports/junit/*.xml into the support table; write it to README.md and reports/."""
+    table = report.render(JUNIT_DIR)
+    out = ROOT / "reports" / "support-table.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(table)
+    report.embed(ROOT / "README.md", table)
+    session.log(f"wrote {out.relative_to(ROOT)} and the support table in README.md")

@@ -1,0 +1,103 @@
+"""The support matrix (tools/matrix.py) and everything generated from it stay in step."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Iterator, Tuple
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOLS = ROOT / "tools"
+
+
+@pytest.fixture(scope="module")
+def tools() -> Iterator[Tuple[ModuleType, ModuleType]]:
+    """tools/matrix.py and tools/report.py, imported from the checkout."""
+    sys.path.insert(0, str(TOOLS))
+    try:
+        yield importlib.import_module("matrix"), importlib.import_module("report")
+    finally:
+        sys.path.remove(str(TOOLS))
+        sys.modules.pop("matrix", None)
+        sys.modules.pop("report", None)
+
+
+def test_tox_toml_is_generated_from_the_matrix(tools: Tuple[ModuleType, ModuleType]) -> None:
+    matrix, _ = tools
+    assert (ROOT / "tox.toml").read_text() == matrix.render_tox(), (
+        "tox.toml is stale: run `python tools/matrix.py tox > tox.toml`"
+    )
+
+
+def test_every_minor_from_1_8_to_the_newest_once(tools: Tuple[ModuleType, ModuleType]) -> None:
+    matrix, _ = tools
+    releases = [row.release for row in matrix.ROWS]
+    assert releases[0][:2] == (1, 8)
+    assert all(len(r) == 3 for r in releases), "pin exact releases"
+    for older, newer in zip(releases, releases[1:]):
+        next_minor = (older[0], older[1] + 1)
+        next_major = (older[0] + 1, 0)
+        assert newer[:2] in (next_minor, next_major), f"gap between {older} and {newer}"
+    assert len({row.factor for row in matrix.ROWS}) == len(matrix.ROWS)
+
+
+def test_default_subset_is_what_ci_promises(tools: Tuple[ModuleType, ModuleType]) -> None:
+    matrix, _ = tools
+    rows = matrix.ROWS
+    assert {r.key for r in rows if r.default} == {rows[0].key, "1.13", "2.0", "2.1", rows[-1].key}
+    assert [r.key for r in rows if r.legacy_default] == [rows[-1].key]
+    assert [r.key for r in rows if not r.native] == ["1.8", "1.9", "1.10", "1.11", "1.12", "1.13"]
+
+
+def test_readme_table_lists_exactly_the_matrix(tools: Tuple[ModuleType, ModuleType]) -> None:
+    matrix, report = tools
+    table = report.table_in(ROOT / "README.md")
+    assert table, "README.md lacks the generated support table: run `nox -s report`"
+    torch_column = [
+        line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")
+    ]
+    assert torch_column[1:] == [r.torch for r in matrix.ROWS]
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    readme = (ROOT / "README.md").read_text()
+    match = re.search(r"## Running the tests\n.*?```(?:console|sh)\n(.*?)```", readme, re.S)
+    assert match, "README.md has no 'Running the tests' code block"
+    commands = [line[2:] for line in match.group(1).splitlines() if line.startswith("$ ")]
+    ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert commands[-1] in ci_lines
+
+
+def test_report_cells(tools: Tuple[ModuleType, ModuleType], tmp_path: Path) -> None:
+    matrix, report = tools
+    oldest, newest = matrix.ROWS[0], matrix.ROWS[-1]
+    features = json.dumps({"setup_context": True, "apply_kwargs": False})
+    (tmp_path / f"tests-{newest.key}.xml").write_text(
+        '<testsuites><testsuite name="pytest" tests="10" failures="1" errors="0" skipped="2" '
+        'time="3.5" timestamp="2026-11-30T10:00:00">'
+        f"<properties><property name=\"features\" value='{features}'/></properties>"
+        "</testsuite></testsuites>"
+    )
+    (tmp_path / f"tests-{oldest.key}.xml").write_text(
+        '<testsuites><testsuite tests="4" failures="0" errors="0" skipped="1"/></testsuites>'
+    )
+    report.write_error(tmp_path / f"tests-{newest.key}-legacy.xml", "boom")
+    lines = {
+        line.split("|")[1].strip(): line
+        for line in report.render(tmp_path).splitlines()
+        if line.startswith("| ")
+    }
+    assert lines["torch"].endswith("| setup_context | apply_kwargs | run on |")
+    assert "**FAIL** (7 passed, 1 failed, 2 skipped)" in lines[newest.torch]
+    assert "**error**: boom" in lines[newest.torch]
+    assert "| yes | no | 2026-11-30 10:00 |" in lines[newest.torch]
+    assert "pass (3 passed, 1 skipped)" in lines[oldest.torch]
+    assert "n/a (always legacy)" in lines[oldest.torch]
+    middle = matrix.ROWS[len(matrix.ROWS) // 2].torch
+    assert lines[middle].count("not run") == 6  # CPU, CUDA, legacy, 2 flags, date

@@ -1,0 +1,386 @@
+"""compatfn.testing: check_function catches each kind of bug; saved_bytes measures correctly."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+import torch
+
+import compatfn
+from compatfn.testing import CHECKS, CheckReport, check_function, saved_bytes
+
+TORCH = tuple(int(p) for p in str(torch.__version__).split("+")[0].split(".")[:2])
+HAS_HOOKS = hasattr(getattr(torch.autograd, "graph", None), "saved_tensors_hooks")
+FWD_AD = TORCH >= (1, 11)
+
+
+def _x(device: torch.device, n: int = 6) -> torch.Tensor:
+    return torch.linspace(0.3, 1.7, n, dtype=torch.float64, device=device).requires_grad_()
+
+
+@compatfn.function
+class Square(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return x * x * scale
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        x, scale = inputs
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
+        ctx.scale = scale
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad * ctx.scale, None
+
+    @staticmethod
+    def jvp(ctx: Any, x_t: torch.Tensor, scale_t: Any) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return 2 * x * x_t * ctx.scale
+
+
+@compatfn.function
+class WrongBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return x * x
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return 3 * x * grad  # should be 2 * x * grad
+
+
+@compatfn.function
+class WrongJvp(torch.autograd.Function):
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return x * x
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        ctx.save_for_backward(inputs[0])
+        ctx.save_for_forward(inputs[0])
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad
+
+    @staticmethod
+    def jvp(ctx: Any, x_t: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return x * x_t  # should be 2 * x * x_t
+
+
+@compatfn.function
+class OnceDifferentiable(torch.autograd.Function):
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return x.exp()
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        ctx.save_for_backward(output)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        return grad * y
+
+
+@compatfn.function
+class SneakyInplace(torch.autograd.Function):
+    """Overwrites its input without mark_dirty: the classic silent bug."""
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        y = x.clone()
+        x.mul_(2)
+        return y
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+_calls = itertools.count()
+
+
+@compatfn.function
+class CallCounting(torch.autograd.Function):
+    """A different result on every call: native and legacy paths cannot agree."""
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return x * float(next(_calls))
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+@compatfn.function
+class SavesTwice(torch.autograd.Function):
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        ctx.save_for_backward(inputs[0], inputs[0], output)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 2
+
+
+def test_good_function_report(device: torch.device) -> None:
+    report = check_function(Square, _x(device), 1.5, checks=[c for c in CHECKS if c != "compile"])
+    assert isinstance(report, CheckReport)
+    assert report.ran[:3] == ["forward", "gradcheck", "gradgradcheck"]
+    assert report.skipped["compile"] == "not requested (checks=...)"
+    if FWD_AD:
+        assert "forward_ad" in report.ran
+    else:
+        assert "1.11" in report.skipped["forward_ad"]
+    if TORCH >= (2, 0) and compatfn.mode(Square) == "native":
+        assert "parity" in report.ran and "vmap" in report.ran
+    else:
+        assert report.skipped["parity"] and report.skipped["vmap"]
+    text = str(report)
+    assert "Square" in text and "ran: forward, gradcheck" in text
+
+
+def test_keyword_arguments_reach_the_function(device: torch.device) -> None:
+    report = check_function(Square, _x(device), kwargs={"scale": 3.0}, checks=["gradcheck"])
+    assert report.ran == ["gradcheck"]
+
+
+def test_wrong_backward_is_caught(device: torch.device) -> None:
+    with pytest.raises(
+        AssertionError, match=r"check_function\(WrongBackward\) failed \[gradcheck\]"
+    ):
+        check_function(WrongBackward, _x(device))
+
+
+@pytest.mark.skipif(not FWD_AD, reason=f"torch {torch.__version__}: no custom-Function forward AD")
+def test_wrong_jvp_is_caught(device: torch.device) -> None:
+    with pytest.raises(AssertionError, match=r"WrongJvp\) failed \[forward_ad\]"):
+        check_function(WrongJvp, _x(device))
+
+
+def test_jvp_functions_skip_compile_with_reason(device: torch.device) -> None:
+    report = check_function(Square, _x(device), checks=["compile"])
+    assert report.skipped.get("compile")
+    assert "jvp" in report.skipped["compile"] or "torch" in report.skipped["compile"]
+
+
+def test_once_differentiable_skips_gradgradcheck(device: torch.device) -> None:
+    report = check_function(OnceDifferentiable, _x(device), checks=["gradcheck", "gradgradcheck"])
+    assert report.ran == ["gradcheck"]
+    assert "once_differentiable" in report.skipped["gradgradcheck"]
+
+
+def test_inplace_without_mark_dirty_is_caught(device: torch.device) -> None:
+    with pytest.raises(AssertionError, match=r"\[forward\].*modified in place"):
+        check_function(SneakyInplace, _x(device))
+
+
+def test_parity_failure_or_skip_reason(device: torch.device) -> None:
+    if compatfn.mode(CallCounting) == "native":
+        with pytest.raises(AssertionError, match=r"\[parity\].*native vs legacy"):
+            check_function(CallCounting, _x(device), checks=["parity"])
+    else:
+        report = check_function(CallCounting, _x(device), checks=["parity"])
+        assert "legacy path" in report.skipped["parity"]
+
+
+def test_no_requires_grad_and_plain_callables(device: torch.device) -> None:
+    report = check_function(Square, _x(device).detach(), checks=["gradcheck", "gradgradcheck"])
+    assert report.ran == []
+    assert "requires_grad" in report.skipped["gradcheck"]
+    report = check_function(torch.sin, _x(device), checks=["gradcheck", "parity", "vmap"])
+    assert report.ran == ["gradcheck"]
+    assert report.skipped["parity"] == "not a Function class"
+    assert report.skipped["vmap"]
+
+
+def test_unknown_check_is_an_error() -> None:
+    with pytest.raises(ValueError, match="unknown checks"):
+        check_function(Square, _x(torch.device("cpu")), checks=["gradchek"])
+
+
+def test_vmap_needs_a_rule(device: torch.device) -> None:
+    report = check_function(WrongBackward, _x(device), checks=["vmap"])
+    assert report.skipped["vmap"]
+    if TORCH >= (2, 0):
+        assert "generate_vmap_rule" in report.skipped["vmap"]
+    else:
+        assert "torch >= 2.0" in report.skipped["vmap"]
+
+
+def test_saved_bytes_counts_each_storage_once(device: torch.device) -> None:
+    x = torch.randn(100, device=device, requires_grad=True)
+    assert saved_bytes(SavesTwice, x) == 2 * 4 * 100  # x (twice: once) and the output
+    assert saved_bytes(SavesTwice, x.detach()) == 0
+
+
+def test_saved_bytes_builtin_ops(device: torch.device) -> None:
+    x = torch.randn(100, device=device, requires_grad=True)
+    if HAS_HOOKS:
+        assert saved_bytes(torch.relu, x) == 400
+        assert saved_bytes(lambda t: t.sin().sin(), x) == 800  # both sins save their input
+        assert saved_bytes(lambda t: t + 1, x) == 0
+    else:
+        with pytest.raises(RuntimeError, match=r"1\.10"):
+            saved_bytes(torch.relu, x)
+
+
+# --------------------------------------------------------------------------- compile limitations
+
+
+@compatfn.function
+class NoMaterialize(torch.autograd.Function):
+    """Uses ctx.set_materialize_grads, which torch 2.1's dynamo cannot trace at all."""
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return x * 3
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        return None if grad is None else grad * 3
+
+
+@compatfn.function
+class DataDependentNoMaterialize(torch.autograd.Function):
+    """Fails to compile (fullgraph) for its own reason: a data-dependent branch in forward."""
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            return x * 3
+        return x * 2
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        return None if grad is None else grad * 3
+
+
+FEATURE = "set_materialize_grads"
+FAKE_FAILURE = ("Unsupported", f"inline in skipfiles: FunctionCtx.{FEATURE}")
+
+
+def _need_compile() -> None:
+    from compatfn.testing import _dynamo_unsupported_reason
+
+    why = _dynamo_unsupported_reason()
+    if why:
+        pytest.skip(why)
+
+
+def test_plain_probe_is_cached_and_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    _need_compile()
+    from compatfn import testing
+
+    first = testing._plain_compile_failure(FEATURE, "aot_eager")
+    if TORCH == (2, 1):  # measured: dynamo 2.1 refuses to inline FunctionCtx.set_materialize_grads
+        assert first == ("Unsupported", f"inline in skipfiles: FunctionCtx.{FEATURE}")
+    elif TORCH >= (2, 2):
+        assert first is None
+
+    def no_compile(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the probe must be cached")
+
+    monkeypatch.setattr(torch, "compile", no_compile)
+    assert testing._plain_compile_failure(FEATURE, "aot_eager") == first
+
+
+def test_compile_skip_is_reported_with_the_reason(device: torch.device) -> None:
+    _need_compile()
+    from compatfn import testing
+
+    plain = testing._plain_compile_failure(FEATURE, "aot_eager")
+    report = check_function(NoMaterialize, _x(device), checks=["compile"])
+    if plain is None:  # torch 2.2+: the plain Function compiles, so must ours
+        assert report.ran == ["compile"], str(report)
+        assert "compile" not in report.skipped
+    else:  # torch 2.1
+        assert report.ran == [], str(report)
+        reason = report.skipped["compile"]
+        assert f"torch {torch.__version__}" in reason and f"ctx.{FEATURE}" in reason, reason
+        assert "not even a plain legacy-form one without compatfn" in reason, reason
+    if TORCH >= (2, 4):
+        assert report.ran == ["compile"], str(report)
+
+
+def test_compile_failure_is_not_hidden_when_the_plain_function_compiles(
+    device: torch.device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pretend the plain-torch reproduction compiles: a failure of ours must then stay a failure."""
+    _need_compile()
+    from compatfn import testing
+
+    real = testing._plain_compile_failure(FEATURE, "aot_eager")
+    monkeypatch.setitem(testing._PLAIN_PROBE_RESULTS, (FEATURE, "aot_eager"), None)
+    if real is None:  # our Function compiles on this torch anyway
+        assert check_function(NoMaterialize, _x(device), checks=["compile"]).ran == ["compile"]
+    else:
+        with pytest.raises(AssertionError, match=rf"NoMaterialize\) failed \[compile\].*{FEATURE}"):
+            check_function(NoMaterialize, _x(device), checks=["compile"])
+
+
+def test_plain_probe_failure_never_turns_a_pass_into_a_skip(
+    device: torch.device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pretend the plain-torch reproduction fails: the probe is only consulted on a failure."""
+    _need_compile()
+    from compatfn import testing
+
+    monkeypatch.setitem(testing._PLAIN_PROBE_RESULTS, (FEATURE, "aot_eager"), FAKE_FAILURE)
+    report = check_function(NoMaterialize, _x(device), checks=["compile"])
+    if TORCH >= (2, 2):  # compiles here: the check ran
+        assert report.ran == ["compile"], str(report)
+    else:
+        assert f"ctx.{FEATURE}" in report.skipped["compile"]
+
+
+def test_unrelated_compile_failure_is_not_hidden(
+    device: torch.device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Function using set_materialize_grads that fails to compile for another reason fails."""
+    _need_compile()
+    from compatfn import testing
+
+    monkeypatch.setitem(testing._PLAIN_PROBE_RESULTS, (FEATURE, "aot_eager"), FAKE_FAILURE)
+    with pytest.raises(AssertionError, match=r"DataDependentNoMaterialize\) failed \[compile\]"):
+        check_function(DataDependentNoMaterialize, _x(device), checks=["compile"])
