@@ -10,6 +10,7 @@ checked between batches. Each batch's output goes to ``reports/logs/``.
     python tools/run_matrix.py                    # everything, 3 releases per batch
     python tools/run_matrix.py --only 2.4 2.5     # some rows
     python tools/run_matrix.py --cuda             # also the cuda-X.Y sessions (needs a GPU)
+    python tools/run_matrix.py --no-legacy        # legacy-forced runs only on the default rows
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ LOGS = ROOT / "reports" / "logs"
 SCRATCH = ROOT / ".nox" / "_batch"
 
 
-def sessions(rows: Sequence[matrix.Row], cuda: bool) -> List[str]:
+def sessions(rows: Sequence[matrix.Row], cuda: bool, legacy: bool = True) -> List[str]:
     names = []
     for row in rows:
         names.append(f"tests-{row.key}")
-        if row.native:
+        if row.native and (legacy or row.default):
             names.append(f"tests-{row.key}-legacy")
         if cuda:
             names.append(f"cuda-{row.key}")
@@ -45,9 +46,11 @@ def free_gb() -> float:
     return shutil.disk_usage(ROOT).free / 2**30
 
 
-def run_batch(label: str, rows: Sequence[matrix.Row], cuda: bool, scratch: bool) -> bool:
+def run_batch(
+    label: str, rows: Sequence[matrix.Row], cuda: bool, scratch: bool, legacy: bool = True
+) -> bool:
     """Run one batch of rows through nox; return whether every session passed."""
-    names = sessions(rows, cuda)
+    names = sessions(rows, cuda, legacy)
     command = [sys.executable, "-m", "nox", "--no-color", "-s", *names]
     env = dict(os.environ)
     if scratch:
@@ -84,6 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--min-free-gb", type=float, default=15, help="stop before a batch if less disk is free"
     )
     parser.add_argument("--no-report", action="store_true", help="skip `nox -s report` at the end")
+    parser.add_argument(
+        "--no-legacy",
+        action="store_true",
+        help="skip the tests-X.Y-legacy sessions of non-default rows (about half the time)",
+    )
     args = parser.parse_args(argv)
 
     rows = [matrix.row(key) for key in args.only] if args.only else list(matrix.ROWS)
@@ -99,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if free_gb() < args.min_free_gb:
             print(f"only {free_gb():.0f} GB free (< {args.min_free_gb}); stopping", flush=True)
             return 2
-        if not run_batch(label, chunk, args.cuda, scratch):
+        if not run_batch(label, chunk, args.cuda, scratch, not args.no_legacy):
             failed.append(label)
     if not args.no_report:
         subprocess.run([sys.executable, "-m", "nox", "--no-color", "-s", "report"], cwd=ROOT)
