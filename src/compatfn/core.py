@@ -525,7 +525,14 @@ def _apply(
     low = 0 if not binder.fill_all else binder.size
     high = binder.size if binder.fill_all and not binder.varargs else sys.maxsize
 
-    if traced is None and refuse is None:  # torch 1.8-1.12: nothing to hand over to
+    if traced is None and refuse is None and low == high:  # torch 1.8-1.12, fixed arity
+
+        def apply(*args: Any, **kwargs: Any) -> Any:
+            if kwargs or len(args) != low:
+                args = bind(args, kwargs)
+            return run(*args)
+
+    elif traced is None and refuse is None:  # torch 1.8-1.12: nothing to hand over to
 
         def apply(*args: Any, **kwargs: Any) -> Any:
             if kwargs or not low <= len(args) <= high:
