@@ -494,6 +494,17 @@ def _guard_subclasses(cls: Any, legacy_form: bool) -> None:
     cls.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[assignment]
 
 
+def _explained(cls: type, error: TypeError) -> TypeError:
+    """torch 1.8's error for a non-tensor output, with what to do about it; others unchanged."""
+    if "expected Tensor or tuple of Tensor" not in str(error):
+        return error
+    return TypeError(
+        f"{cls.__qualname__}: forward returned a non-tensor output, which torch "
+        f"{torch.__version__} does not allow (non-tensor outputs need torch >= 1.9). Return only "
+        f"tensors, or keep the value on ctx in setup_context. (torch: {error})"
+    )
+
+
 def _undecorated(name: str, *args: Any, **kwargs: Any) -> Any:
     raise TypeError(
         f"{name} subclasses a class decorated with @function and overrides its methods, but is "
@@ -530,14 +541,20 @@ def _apply(
         def apply(*args: Any, **kwargs: Any) -> Any:
             if kwargs or len(args) != low:
                 args = bind(args, kwargs)
-            return run(*args)
+            try:
+                return run(*args)
+            except TypeError as error:
+                raise _explained(cls, error) from None
 
     elif traced is None and refuse is None:  # torch 1.8-1.12: nothing to hand over to
 
         def apply(*args: Any, **kwargs: Any) -> Any:
             if kwargs or not low <= len(args) <= high:
                 args = bind(args, kwargs)
-            return run(*args)
+            try:
+                return run(*args)
+            except TypeError as error:
+                raise _explained(cls, error) from None
 
     elif traced is None:  # torch 1.13: functorch is bundled and rejects every Function
 
@@ -1064,11 +1081,13 @@ def _probe_forward_ad() -> bool:
 
         @staticmethod
         def jvp(ctx: Any, tangent: Any) -> Any:
-            return tangent * 2
+            return tangent * 3  # not forward's derivative: proves that jvp itself ran
 
+    # torch 1.9 has forward AD but runs it through forward's ops, never calling jvp.
     with fwAD.dual_level():
         out = Probe.apply(fwAD.make_dual(torch.ones(1), torch.ones(1)))
-        return fwAD.unpack_dual(out).tangent is not None
+        tangent = fwAD.unpack_dual(out).tangent
+        return tangent is not None and float(tangent) == 3.0
 
 
 def _compile_support() -> str:
