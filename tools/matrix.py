@@ -64,7 +64,9 @@ class Row:
 
 
 _OLD = (NUMPY_1, PKG_RESOURCES)
-_NEW = ("numpy",)  # without it torch warns "Failed to initialize NumPy" at import
+# numpy: without it torch warns "Failed to initialize NumPy" at import; setuptools: inductor's C++
+# builder imports it (measured on 2.4-2.6) and uv venvs, like Python >= 3.12's, have none.
+_NEW = ("numpy", "setuptools")
 
 ROWS: Tuple[Row, ...] = (
     Row("1.8.1", "3.8", _OLD, default=True, bench=True),
