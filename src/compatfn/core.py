@@ -310,7 +310,6 @@ class _Info:
 
     __slots__ = (
         "binder",
-        "cls",
         "forced",
         "forward",
         "legacy_cls",
@@ -321,7 +320,6 @@ class _Info:
     )
 
     def __init__(self, cls: Any, mode: str, style: str, binder: _Binder, forced: bool) -> None:
-        self.cls = cls
         self.forward: Callable = cls.forward  # the user's, before any change
         self.mode = mode  # "native" or "legacy"
         self.style = style  # "setup_context" or "legacy-form"
@@ -695,8 +693,8 @@ def _decorate(cls: Any, legacy: Optional[bool]) -> Any:
         style = "setup_context"
         binder = _Binder(name, params, fill_all=True)
     else:
-        first = params[0].name if params and params[0].kind is not params[0].VAR_POSITIONAL else ""
-        if not (first.startswith("ctx") or first in ("context", "self", "_")):
+        if not _takes_ctx(forward):
+            first = _first_name(forward)
             raise _fail(
                 name,
                 f"forward's first parameter is {first or 'missing'!r}, not ctx, and there is no "
@@ -893,9 +891,15 @@ def _cast(value: Any, device_type: str, dtype: Any) -> Any:
     return value
 
 
-def _takes_ctx(fn: Callable) -> bool:
+def _first_name(fn: Callable) -> str:
+    """The name of ``fn``'s first named positional parameter, or ``""``."""
     params = list(inspect.signature(fn).parameters.values())
-    first = params[0].name if params and params[0].kind is not params[0].VAR_POSITIONAL else ""
+    return params[0].name if params and params[0].kind is not params[0].VAR_POSITIONAL else ""
+
+
+def _takes_ctx(fn: Callable) -> bool:
+    """Whether ``fn`` takes ctx first (legacy form), judged by its first parameter's name."""
+    first = _first_name(fn)
     return first.startswith("ctx") or first in ("context", "self", "_")
 
 
