@@ -203,7 +203,7 @@ class _NotAFunction:
         (_bad(forward=staticmethod(_legacy_forward)), "forward takes ctx but setup_context"),
         (_bad(backward=None), "Bad: no backward"),
         (_bad(forward=lambda x: x), "Bad: forward must be a @staticmethod, found a function"),
-        (_bad(setup_context=classmethod(lambda c, a, b, d: 0)), "setup_context must be a @st"),
+        (_bad(setup_context=classmethod(lambda c, a, b, d: 0)), "setup_context is a @classmethod"),
         (_bad(backward=lambda ctx, g: g), "backward must be a @staticmethod"),
         (_bad(forward=staticmethod(_kwonly)), "keyword-only parameter 'scale'"),
         (_bad(forward=staticmethod(_varkw)), r"keyword-only parameter '\*\*options'"),

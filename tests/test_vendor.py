@@ -15,7 +15,8 @@ from compatfn import core
 
 SOURCE = Path(core.__file__).read_text(encoding="utf-8")
 STDLIB = {
-    "__future__", "functools", "importlib", "inspect", "os", "re", "sys", "typing", "warnings",
+    "__future__", "functools", "importlib", "inspect", "linecache", "os", "re", "sys", "threading",
+    "typing", "warnings",
 }  # fmt: skip
 
 

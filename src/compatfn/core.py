@@ -48,9 +48,11 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import linecache
 import os
 import re
 import sys
+import threading
 import warnings
 from typing import Any, Callable, Dict, Optional, Tuple, TypeVar, Union, overload
 
@@ -68,8 +70,35 @@ __all__ = [
 
 _F = TypeVar("_F", bound=type)
 
-#: ``COMPATFN_LEGACY=1`` forces the legacy adapter on every class decorated while it is set.
+#: ``COMPATFN_LEGACY=1`` forces the legacy adapter on every class decorated while it is set. Every
+#: copy of this module (the package's and each vendored one) reads the same variable.
 LEGACY_ENV = "COMPATFN_LEGACY"
+_ENV_TRUE = ("1", "true", "yes", "on")
+_ENV_FALSE = ("", "0", "false", "no", "off")
+
+
+def env_forces_legacy() -> bool:
+    """Whether ``COMPATFN_LEGACY`` asks for the legacy path (read at each decoration).
+
+    ``1``/``true``/``yes``/``on`` force it and ``0``/``false``/``no``/``off`` or empty do not, in any
+    case and with surrounding spaces; any other value is a ``ValueError`` naming the variable.
+
+    Example::
+
+        os.environ["COMPATFN_LEGACY"] = " Yes "
+        assert env_forces_legacy()
+    """
+    raw = os.environ.get(LEGACY_ENV, "")
+    value = raw.strip().lower()
+    if value in _ENV_TRUE:
+        return True
+    if value in _ENV_FALSE:
+        return False
+    raise ValueError(
+        f"{LEGACY_ENV}={raw!r} is not understood: set it to one of {', '.join(_ENV_TRUE)} to force "
+        f"the legacy path, or to one of {', '.join(_ENV_FALSE[1:])} (or leave it empty or unset) "
+        "not to."
+    )
 
 _Function = torch.autograd.Function
 _MISSING: Any = object()
@@ -120,6 +149,34 @@ _is_compiling: Callable[[], bool] = getattr(
     "is_compiling",
     getattr(getattr(torch, "_utils", None), "is_compiling", lambda: False),
 )
+# torch >= 2.3: true only while dynamo traces. is_compiling() is also true while non-strict
+# torch.export runs the module's Python code for real, where ``Fn.apply`` is not intercepted and
+# must run as in eager mode.
+_dynamo_tracing: Callable[[], bool] = getattr(
+    getattr(torch, "compiler", None), "is_dynamo_compiling", _is_compiling
+)
+
+
+@functools.lru_cache(maxsize=None)
+def _non_tensor_outputs() -> bool:
+    """Whether forward may return non-tensors (torch >= 1.9; 1.8 raises "expected Tensor or tuple
+    of Tensor"). Probed once, at the first decoration that needs to know."""
+
+    class Probe(_Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any) -> Any:
+            return x, 0
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any, _: Any) -> Any:
+            return grad
+
+    try:
+        Probe.apply(torch.zeros((), device="cpu"))
+    except TypeError:
+        return False
+    return True
+
 
 # --- argument binding --------------------------------------------------------------------------
 
@@ -170,6 +227,13 @@ class _Binder:
         plural = "s" if len(missing) > 1 else ""
         return self._error(f"missing {len(missing)} required positional argument{plural}: {listed}")
 
+    def _too_many_message(self, given: int) -> str:
+        """Python's own wording: ``takes from 1 to 2 positional arguments but 3 were given``."""
+        n, nreq = len(self.names), self.nreq
+        accepted = str(n) if nreq == n else f"from {nreq} to {n}"
+        plural, verb = "" if n == 1 else "s", "was" if given == 1 else "were"
+        return f"takes {accepted} positional argument{plural} but {given} {verb} given"
+
     def _check_keyword(self, name: str, given: int) -> int:
         i = self.index.get(name)
         if i is None:
@@ -195,9 +259,7 @@ class _Binder:
 
         def too_many(args: tuple, kwargs: dict) -> tuple:
             if not self.varargs:
-                given = len(args)
-                plural, verb = "" if n == 1 else "s", "was" if given == 1 else "were"
-                raise self._error(f"takes {n} positional argument{plural} but {given} {verb} given")
+                raise self._error(self._too_many_message(len(args)))
             for name in kwargs:  # every named parameter is already filled positionally
                 check_keyword(name, len(args))
             return args
@@ -253,30 +315,69 @@ class _Binder:
 
 # --- decoration-time checks --------------------------------------------------------------------
 
+_METHODS = ("forward", "setup_context", "backward", "vjp", "jvp", "vmap")
+# Every attribute decoration may set on a class: the record keeps what the class held before, so a
+# subclass always builds on the user's own methods, never on an adapter (see _user_attribute).
+_SET_BY_DECORATION = (*_METHODS, "apply", "__init_subclass__")
+
 
 def _fail(cls_name: str, problem: str, fix: str) -> TypeError:
     return TypeError(f"{cls_name}: {problem}. {fix}")
 
 
-def _defined(cls: type, name: str) -> bool:
-    """True when a class between ``cls`` and torch's own classes defines ``name``."""
+def _user_attribute(cls: type, name: str) -> Any:
+    """The user's own definition of ``name`` (as stored in a class ``__dict__``), or ``_MISSING``.
+
+    Walks ``cls.__mro__`` down to torch's classes. A decorated class answers with what it held
+    before decoration, so the adapters decoration installed are never taken for user code.
+    """
     for klass in cls.__mro__:
         if klass in _TORCH_BASES or klass.__module__ == "torch.autograd.function":
-            return False
-        if name in klass.__dict__:
-            return True
-    return False
+            return _MISSING
+        record = klass.__dict__.get(_INFO)
+        if record is not None and name in record.originals:
+            value = record.originals[name]
+        else:
+            value = klass.__dict__.get(name, _MISSING)
+        if value is not _MISSING:
+            return value
+    return _MISSING
 
 
-def _require_static(cls: type, name: str) -> None:
-    attr = inspect.getattr_static(cls, name)
-    if not isinstance(attr, staticmethod):
-        kind = type(attr).__name__
+def _defined(cls: type, name: str) -> bool:
+    """True when the user's code between ``cls`` and torch's own classes defines ``name``."""
+    return _user_attribute(cls, name) is not _MISSING
+
+
+def _check_method_kind(cls: type, name: str, attr: Any, legacy_form: bool) -> None:
+    if isinstance(attr, staticmethod) or (legacy_form and isinstance(attr, classmethod)):
+        return
+    if isinstance(attr, classmethod):
         raise _fail(
             cls.__qualname__,
-            f"{name} must be a @staticmethod, found a {kind}",
-            f"Put @staticmethod on {name} (autograd.Function methods are static).",
+            f"{name} is a @classmethod; the setup_context style needs @staticmethod methods, since "
+            f"the adapter runs them from a legacy-form copy of the class (torch 1.x, torch.compile on "
+            f"torch < 2.4), where cls would not be {cls.__name__}",
+            f"Make {name} a @staticmethod and name the class where it needs it, or keep the "
+            f"legacy form forward(cls, ctx, ...) without setup_context.",
         )
+    raise _fail(
+        cls.__qualname__,
+        f"{name} must be a @staticmethod, found a {type(attr).__name__}",
+        f"Put @staticmethod on {name} (autograd.Function methods are static).",
+    )
+
+
+def _signature(cls: type, fn: Callable, what: str) -> inspect.Signature:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError) as error:  # builtins such as torch.sin have no signature
+        raise _fail(
+            cls.__qualname__,
+            f"the signature of {what} ({fn!r}) cannot be read ({error}), so its arguments "
+            "cannot be bound",
+            f"Wrap it in a Python function, e.g. `def {what}(x): return torch.sin(x)`.",
+        ) from None
 
 
 def _torch_custom_fwd(fn: Callable) -> bool:
@@ -292,7 +393,7 @@ def _torch_custom_fwd(fn: Callable) -> bool:
 
 
 def _positional_params(cls: type, fn: Callable, what: str) -> list:
-    params = list(inspect.signature(fn).parameters.values())
+    params = list(_signature(cls, fn, what).parameters.values())
     for p in params:
         if p.kind is p.KEYWORD_ONLY or p.kind is p.VAR_KEYWORD:
             shown = ("**" if p.kind is p.VAR_KEYWORD else "") + p.name
@@ -314,18 +415,22 @@ class _Info:
         "forward",
         "legacy_cls",
         "mode",
+        "originals",
         "style",
         "traced",
         "twin",
     )
 
-    def __init__(self, cls: Any, mode: str, style: str, binder: _Binder, forced: bool) -> None:
-        self.forward: Callable = cls.forward  # the user's, before any change
+    def __init__(
+        self, forward: Callable, mode: str, style: str, binder: _Binder, forced: bool
+    ) -> None:
+        self.forward = forward  # the user's, before any change
         self.mode = mode  # "native" or "legacy"
         self.style = style  # "setup_context" or "legacy-form"
         self.binder = binder
         self.forced = forced
-        self.twin: Optional[type] = None  # legacy-form subclass running the adapter
+        self.originals: Dict[str, Any] = {}  # class-dict entries decoration replaced
+        self.twin: Optional[type] = None  # legacy-form copy running the adapter
         self.traced: Any = None  # the class whose apply dynamo should trace
         self.legacy_cls: Optional[type] = None  # cache for as_legacy()
 
@@ -344,11 +449,11 @@ def _info(cls: Any) -> _Info:
 def _pad_gradients(cls: type, backward: Callable, binder: _Binder) -> Callable:
     """Wrap backward so a missing trailing gradient becomes None where no gradient is needed.
 
-    ``inputs`` always holds every parameter, defaults included, so torch expects one gradient per
-    parameter (torch >= 2.2 raises "incorrect number of gradients" where 2.0/2.1 accepted fewer).
-    The adapter behaves the same on every torch: it pads with None, or raises naming the parameter
-    when that input requires grad (checked in eager mode; dynamo cannot read needs_input_grad on
-    torch 2.1-2.3, so a compiled backward pads without the check).
+    ``inputs`` always holds every parameter, defaults included, and torch expects one gradient per
+    input (every torch checks the count against the inputs given). The adapter behaves the same on
+    every torch: it pads with None, or raises naming the parameter when that input requires grad
+    (checked in eager mode; dynamo cannot read needs_input_grad on torch 2.1-2.3, so a compiled
+    backward pads without the check).
     """
     names, size, varargs = binder.names, binder.size, binder.varargs
 
@@ -375,30 +480,121 @@ def _pad_gradients(cls: type, backward: Callable, binder: _Binder) -> Callable:
                     )
         return result + (None,) * (total - count)
 
-    padded.__autograd_compat_padded__ = backward  # type: ignore[attr-defined]
     return padded
 
 
-def _legacy_form(cls: type, forward: Callable, setup_context: Callable) -> Dict[str, Any]:
+# NOTE: [non-tensor outputs on torch 1.8]
+# torch 1.8 accepts only tensors from forward ("expected Tensor or tuple of Tensor"); torch 1.9+
+# passes other outputs through and hands backward None for them. On torch 1.8 the legacy form
+# gives torch the tensors alone, records where they stood on ctx, and leaves the whole output in a
+# thread-local slot that ``apply`` empties right after torch returns; backward gets the gradients
+# back in their places, None for the rest, exactly as on newer torch.
+_LAYOUT = "_nontensor_output_layout"  # ctx attribute: (tensor positions, number of outputs)
+_slot = threading.local()
+
+
+def _tensors_for_torch(ctx: Any, output: Any) -> Any:
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, tuple):
+        positions = tuple(i for i, o in enumerate(output) if isinstance(o, torch.Tensor))
+        if len(positions) == len(output):
+            return output
+        setattr(ctx, _LAYOUT, (positions, len(output)))
+    else:  # one non-tensor output (a list counts: autograd never tracks one)
+        positions = ()
+        setattr(ctx, _LAYOUT, (positions, 1))
+        output = (output,)
+    _slot.output = output
+    return tuple(output[i] for i in positions)
+
+
+def _reassemble(result: Any) -> Any:
+    """The whole output of the forward that just ran, with torch's tensors in their places."""
+    full = _slot.__dict__.pop("output", _MISSING)
+    if full is _MISSING:
+        return result
+    tensors = iter(result)
+    if not isinstance(full, tuple) or len(full) == 1 and not isinstance(full[0], torch.Tensor):
+        return full[0]
+    return tuple(next(tensors) if isinstance(o, torch.Tensor) else o for o in full)
+
+
+def _expand_gradients(backward: Callable) -> Callable:
+    """Wrap backward to receive one gradient per output, None for non-tensor outputs (torch 1.8)."""
+
+    @functools.wraps(backward)
+    def expanded(ctx: Any, *grads: Any) -> Any:
+        layout = getattr(ctx, _LAYOUT, None)
+        if layout is not None:
+            positions, count = layout
+            full: list = [None] * count
+            for i, grad in zip(positions, grads):
+                full[i] = grad
+            grads = tuple(full)
+        return backward(*((ctx,) + grads))  # noqa: RUF005
+
+    return expanded
+
+
+def _fresh_name(base: str, taken: set) -> str:
+    name = base
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
+def _legacy_forward(forward: Callable, setup_context: Callable, finish: Any = None) -> Callable:
+    """``forward(ctx, <forward's own parameters>)``: runs ``forward``, then ``setup_context``.
+
+    Generated with forward's real parameter names and defaults, not ``(ctx, *args)``, so that
+    dynamo (torch >= 2.13) can bind keyword arguments to it as it does for a hand-written legacy
+    Function. ``finish(ctx, output)``, where given, turns the output into what torch receives.
+    """
+    signature = inspect.signature(forward)
+    params = list(signature.parameters.values())
+    taken = {p.name for p in params}
+    ctx, user_forward, user_setup_context, output, finisher, adapter = (
+        _fresh_name(base, taken)
+        for base in ("ctx", "forward", "setup_context", "output", "finish", "legacy_forward")
+    )
+    header, names = [ctx], []
+    last_posonly = max((i for i, p in enumerate(params) if p.kind is p.POSITIONAL_ONLY), default=-1)
+    for i, p in enumerate(params):
+        spelled = f"*{p.name}" if p.kind is p.VAR_POSITIONAL else p.name
+        header.append(spelled)
+        names.append(spelled)
+        if i == last_posonly:
+            header.append("/")
+    call, inputs = ", ".join(names), ("(" + ", ".join(names) + ",)") if names else "()"
+    returned = f"{finisher}({ctx}, {output})" if finish is not None else output
+    source = (
+        f"def {adapter}({', '.join(header)}):\n"
+        f"    {output} = {user_forward}({call})\n"
+        f"    {user_setup_context}({ctx}, {inputs}, {output})\n"
+        f"    return {returned}\n"
+    )
+    namespace = {user_forward: forward, user_setup_context: setup_context, finisher: finish}
+    filename = f"<legacy form of {getattr(forward, '__qualname__', 'forward')}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+    legacy = functools.update_wrapper(namespace[adapter], forward)
+    legacy.__defaults__ = tuple(p.default for p in params if p.default is not p.empty) or None
+    legacy.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[inspect.Parameter(ctx, inspect.Parameter.POSITIONAL_ONLY), *params]
+    )
+    return legacy
+
+
+def _legacy_form(forward: Callable, setup_context: Callable, finish: Any = None) -> Dict[str, Any]:
     """The class attributes that turn a setup_context-style class into the legacy form.
 
-    ``forward(ctx, *args)`` runs your ``forward(*args)``, then ``setup_context(ctx, args, output)``;
     ``setup_context`` is torch's own again, so torch (>= 2.0) passes ctx to forward.
     """
-
-    @functools.wraps(forward)
-    def legacy_forward(ctx: Any, *args: Any) -> Any:
-        output = forward(*args)
-        setup_context(ctx, args, output)
-        return output
-
-    legacy_forward.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [
-            inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_ONLY),
-            *inspect.signature(forward).parameters.values(),
-        ]
-    )
-    attributes: Dict[str, Any] = {"forward": staticmethod(legacy_forward)}
+    attributes: Dict[str, Any] = {
+        "forward": staticmethod(_legacy_forward(forward, setup_context, finish))
+    }
     if _BASE_SETUP_CONTEXT is not None:  # torch >= 2.0
         attributes["setup_context"] = _BASE_SETUP_CONTEXT
     return attributes
@@ -435,38 +631,60 @@ def _accept_save_for_forward(cls: type) -> None:
 
 
 _NOT_COPIED = frozenset(
-    ["__dict__", "__weakref__", "__init_subclass__", "__qualname__", "_backward_cls", _INFO]
+    [
+        "__dict__",
+        "__weakref__",
+        "__init_subclass__",
+        "__qualname__",
+        "__slots__",
+        "_backward_cls",
+        _INFO,
+    ]
 )
+
+
+def _copied_namespace(cls: type) -> Dict[str, Any]:
+    """The attributes of ``cls`` and its user-written bases, flattened for a copy of the class.
+
+    ``__slots__`` and their member descriptors stay behind: they belong to the original layout.
+    """
+    namespace: Dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        if klass in _TORCH_BASES or klass.__module__ == "torch.autograd.function":
+            continue
+        slots = klass.__dict__.get("__slots__", ())
+        slots = {slots} if isinstance(slots, str) else set(slots)
+        namespace.update(
+            (key, value)
+            for key, value in vars(klass).items()
+            if key not in _NOT_COPIED and key not in slots
+        )
+    return namespace
 
 
 def _make_twin(cls: type, forward: Callable, setup_context: Callable) -> type:
     """A legacy-form copy of a native class, for the places where that form is cheaper or the
     only one that compiles. Same ``__name__``: its grad_fn is also ``<Name>Backward``.
 
-    Built from torch's Function with the class's attributes copied, not as a subclass, so that
-    no ``__init_subclass__`` of the user's classes sees it.
+    Built by torch's own metaclass from torch's Function with the class's attributes copied, not
+    as a subclass, so that no ``__init_subclass__`` and no metaclass of the user's sees it.
     """
-    namespace: Dict[str, Any] = {}
-    for klass in reversed(cls.__mro__):
-        if klass not in _TORCH_BASES and klass.__module__ != "torch.autograd.function":
-            namespace.update(
-                (key, value) for key, value in vars(klass).items() if key not in _NOT_COPIED
-            )
+    namespace = _copied_namespace(cls)
     namespace.update(
         {
             "__module__": cls.__module__,
             "__qualname__": f"{cls.__qualname__}.<legacy>",
             "apply": _TORCH_APPLY,  # torch's own, not the one decoration puts on cls
-            **_legacy_form(cls, forward, setup_context),
+            **_legacy_form(forward, setup_context),
         }
     )
-    bases = tuple(b for b in cls.__mro__ if b in _TORCH_BASES)[:1]  # torch's Function class
-    return type(cls)(cls.__name__, bases, namespace)
+    base = next(b for b in cls.__mro__ if b in _TORCH_BASES)  # torch's Function class
+    return type(_Function)(cls.__name__, (base,), namespace)
 
 
 def _refusal(name: str) -> str:
     return (
-        f"{name} runs on the legacy path (forced by legacy=True or {LEGACY_ENV}=1), which "
+        f"{name} runs on the legacy path (forced by legacy=True or {LEGACY_ENV}), which "
         "torch.func transforms do not support. Do not force the legacy path for classes used "
         "under torch.func."
     )
@@ -492,17 +710,6 @@ def _guard_subclasses(cls: Any, legacy_form: bool) -> None:
     cls.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[assignment]
 
 
-def _explained(cls: type, error: TypeError) -> TypeError:
-    """torch 1.8's error for a non-tensor output, with what to do about it; others unchanged."""
-    if "expected Tensor or tuple of Tensor" not in str(error):
-        return error
-    return TypeError(
-        f"{cls.__qualname__}: forward returned a non-tensor output, which torch "
-        f"{torch.__version__} does not allow (non-tensor outputs need torch >= 1.9). Return only "
-        f"tensors, or keep the value on ctx in setup_context. (torch: {error})"
-    )
-
-
 def _undecorated(name: str, *args: Any, **kwargs: Any) -> Any:
     raise TypeError(
         f"{name} subclasses a class decorated with @function and overrides its methods, but is "
@@ -511,13 +718,13 @@ def _undecorated(name: str, *args: Any, **kwargs: Any) -> Any:
 
 
 def _apply(
-    cls: type,
     binder: _Binder,
     run: Callable,
     native: Optional[Callable] = None,
     refuse: Optional[str] = None,
     unwrap: Optional[Callable] = None,
     traced: Any = None,
+    reassemble: bool = False,
 ) -> Callable:
     """Build ``cls.apply``: bind the arguments when needed, then ``run`` the positional tuple.
 
@@ -525,8 +732,10 @@ def _apply(
     or raises ``refuse`` where the class cannot run there. ``unwrap`` is torch's dead-wrapper
     unwrapping, done exactly as torch 2.0-2.14's own apply does it. While dynamo traces this
     function (``torch.compile(Fn.apply)``, or ``op = Fn.apply`` called in compiled code), the
-    bound call goes to ``traced.apply``, which dynamo handles itself. The common eager call
-    (all arguments positional, none missing) costs two or three checks on top of ``run``.
+    bound call goes to ``traced.apply``, which dynamo handles itself; non-strict torch.export
+    runs the eager code. ``reassemble`` (torch 1.8) gives back non-tensor outputs (see NOTE:
+    [non-tensor outputs on torch 1.8]). The common eager call (all arguments positional, none
+    missing) costs two or three checks on top of ``run``.
     """
     bind, bind_traceable = binder.bind, binder.bind_traceable
     # Arguments need binding when keywords are given or the positional count is off. A legacy
@@ -534,25 +743,26 @@ def _apply(
     low = 0 if not binder.fill_all else binder.size
     high = binder.size if binder.fill_all and not binder.varargs else sys.maxsize
 
-    if traced is None and refuse is None and low == high:  # torch 1.8-1.12, fixed arity
+    if reassemble:  # torch 1.8, setup_context style
+
+        def apply(*args: Any, **kwargs: Any) -> Any:
+            if kwargs or not low <= len(args) <= high:
+                args = bind(args, kwargs)
+            return _reassemble(run(*args))
+
+    elif traced is None and refuse is None and low == high:  # torch 1.9-1.12, fixed arity
 
         def apply(*args: Any, **kwargs: Any) -> Any:
             if kwargs or len(args) != low:
                 args = bind(args, kwargs)
-            try:
-                return run(*args)
-            except TypeError as error:
-                raise _explained(cls, error) from None
+            return run(*args)
 
     elif traced is None and refuse is None:  # torch 1.8-1.12: nothing to hand over to
 
         def apply(*args: Any, **kwargs: Any) -> Any:
             if kwargs or not low <= len(args) <= high:
                 args = bind(args, kwargs)
-            try:
-                return run(*args)
-            except TypeError as error:
-                raise _explained(cls, error) from None
+            return run(*args)
 
     elif traced is None:  # torch 1.13: functorch is bundled and rejects every Function
 
@@ -566,7 +776,7 @@ def _apply(
     else:
 
         def apply(*args: Any, **kwargs: Any) -> Any:
-            if _is_compiling():  # a constant while dynamo traces; the code below is not traceable
+            if _dynamo_tracing():  # a constant while dynamo traces; the code below is not traceable
                 if kwargs or not low <= len(args) <= high:
                     args = bind_traceable(args, kwargs)
                 return traced.apply(*args)
@@ -625,7 +835,7 @@ def function(
     return _decorate(cls, legacy)
 
 
-def _decorate(cls: Any, legacy: Optional[bool]) -> Any:
+def _check_is_function_class(cls: Any) -> None:
     if not isinstance(cls, type):
         kind = type(cls).__name__
         name = getattr(cls, "__qualname__", repr(cls))
@@ -639,60 +849,26 @@ def _decorate(cls: Any, legacy: Optional[bool]) -> Any:
             "@function needs a torch.autograd.Function subclass",
             f"Write `class {cls.__name__}(torch.autograd.Function)`.",
         )
-    forced = bool(legacy) or (legacy is None and os.environ.get(LEGACY_ENV, "") not in ("", "0"))
-    existing = cls.__dict__.get(_INFO)
-    if existing is not None:  # decorating twice is harmless; contradicting the first is not
-        if legacy is not None and forced != existing.forced and existing.style == "setup_context":
-            raise _fail(
-                cls.__qualname__,
-                f"already decorated in {existing.mode} mode, now asked for legacy={legacy}",
-                "Decorate the class once; use as_legacy(cls) for a legacy-mode twin.",
-            )
-        return cls
 
+
+def _style_and_binder(cls: Any, user: Dict[str, Any]) -> Tuple[str, _Binder, Callable]:
+    """Validate the user's methods; return the class's style, its binder and forward."""
     name = cls.__qualname__
-    for method in ("forward", "setup_context", "backward", "vjp", "jvp", "vmap"):
-        if _defined(cls, method):
-            _require_static(cls, method)
-    if not _defined(cls, "forward"):
+    if user["forward"] is _MISSING:
         raise _fail(name, "no forward", "Define a @staticmethod forward(*args).")
-    if not (_defined(cls, "backward") or _defined(cls, "vjp")):
+    if user["backward"] is _MISSING and user["vjp"] is _MISSING:
         raise _fail(
             name,
             "no backward",
             "Define a @staticmethod backward(ctx, *grad_outputs) returning one gradient per input.",
         )
-    forward = cls.forward
+    legacy_form = user["setup_context"] is _MISSING
+    for method, attr in user.items():
+        if attr is not _MISSING:
+            _check_method_kind(cls, method, attr, legacy_form)
+    forward = user["forward"].__get__(None, cls)
     params = _positional_params(cls, forward, "forward")
-    has_setup_context = _defined(cls, "setup_context")
-
-    if has_setup_context:
-        if params and params[0].name == "ctx":
-            raise _fail(
-                name,
-                "forward takes ctx but setup_context is also defined",
-                "Either drop ctx from forward (setup_context style: forward(*args) plus "
-                "setup_context(ctx, inputs, output)) or drop setup_context (legacy style).",
-            )
-        try:
-            inspect.signature(cls.setup_context).bind(None, None, None)
-        except TypeError:
-            raise _fail(
-                name,
-                "setup_context must accept (ctx, inputs, output)",
-                "Define @staticmethod setup_context(ctx, inputs, output).",
-            ) from None
-        if _torch_custom_fwd(forward):
-            raise _fail(
-                name,
-                "forward is decorated with torch's custom_fwd, which stores its autocast state on "
-                "forward's first argument (here your input tensor, not ctx) so backward fails "
-                "(pytorch issue #132388)",
-                f"Use custom_fwd / custom_bwd from {__name__} instead.",
-            )
-        style = "setup_context"
-        binder = _Binder(name, params, fill_all=True)
-    else:
+    if legacy_form:
         if not _takes_ctx(forward):
             first = _first_name(forward)
             raise _fail(
@@ -702,31 +878,111 @@ def _decorate(cls: Any, legacy: Optional[bool]) -> Any:
                 "Add @staticmethod setup_context(ctx, inputs, output) (setup_context style), or "
                 "give forward a leading parameter named ctx (legacy style).",
             )
-        style = "legacy-form"
-        binder = _Binder(name, params[1:], fill_all=False)
+        return "legacy-form", _Binder(name, params[1:], fill_all=False), forward
+    if params and params[0].name == "ctx":
+        raise _fail(
+            name,
+            "forward takes ctx but setup_context is also defined",
+            "Either drop ctx from forward (setup_context style: forward(*args) plus "
+            "setup_context(ctx, inputs, output)) or drop setup_context (legacy style).",
+        )
+    setup_context = user["setup_context"].__get__(None, cls)
+    try:
+        _signature(cls, setup_context, "setup_context").bind(None, None, None)
+    except TypeError:
+        raise _fail(
+            name,
+            "setup_context must accept (ctx, inputs, output)",
+            "Define @staticmethod setup_context(ctx, inputs, output).",
+        ) from None
+    if _torch_custom_fwd(forward):
+        raise _fail(
+            name,
+            "forward is decorated with torch's custom_fwd, which stores its autocast state on "
+            "forward's first argument (here your input tensor, not ctx) so backward fails "
+            "(pytorch issue #132388)",
+            f"Use custom_fwd / custom_bwd from {__name__} instead.",
+        )
+    return "setup_context", _Binder(name, params, fill_all=True), forward
 
-    mode = "legacy" if style == "legacy-form" or forced or not HAS_SETUP_CONTEXT else "native"
-    info = _Info(cls, mode, style, binder, forced)
+
+def _set(cls: Any, info: _Info, name: str, value: Any) -> None:
+    """Set a class attribute, keeping what the class's own ``__dict__`` held in the record."""
+    info.originals.setdefault(name, cls.__dict__.get(name, _MISSING))
+    setattr(cls, name, value)
+
+
+def _requested_mode(style: str, legacy: Optional[bool]) -> Tuple[str, bool]:
+    forced = bool(legacy) or (legacy is None and env_forces_legacy())
+    legacy_path = style == "legacy-form" or forced or not HAS_SETUP_CONTEXT
+    return ("legacy" if legacy_path else "native"), forced
+
+
+def _decorate(cls: Any, legacy: Optional[bool]) -> Any:
+    _check_is_function_class(cls)
+    name = cls.__qualname__
+    user = {method: _user_attribute(cls, method) for method in _METHODS}
+    existing = cls.__dict__.get(_INFO)
+    if existing is not None:  # decorating twice is harmless; contradicting the first is not
+        mode, _ = _requested_mode(existing.style, legacy)
+        if legacy is not None and mode != existing.mode:
+            raise _fail(
+                name,
+                f"already decorated in {existing.mode} mode, now asked for legacy={legacy}",
+                "Decorate the class once; use as_legacy(cls) for a legacy-mode twin.",
+            )
+        return cls
+
+    style, binder, forward = _style_and_binder(cls, user)
+    mode, forced = _requested_mode(style, legacy)
+    info = _Info(forward, mode, style, binder, forced)
     setattr(cls, _INFO, info)
+    # The class states the user's methods itself, not the adapters a decorated base installed.
+    for method, attr in user.items():
+        if attr is not _MISSING and inspect.getattr_static(cls, method) is not attr:
+            _set(cls, info, method, attr)
 
+    forward = _autocast_forward(cls, info, user)
+    if style == "setup_context":
+        _install_setup_context_style(cls, info, forward)
+    apply = _build_apply(cls, info)
+    apply.__doc__ = f"Apply {name}; arguments as for forward{inspect.signature(info.forward)}."
+    apply.__module__ = cls.__module__
+    apply.__qualname__ = f"{name}.apply"  # pickle finds it by reference: getattr(cls, "apply")
+    _set(cls, info, "apply", staticmethod(apply))
+    info.originals.setdefault("__init_subclass__", cls.__dict__.get("__init_subclass__", _MISSING))
+    _guard_subclasses(cls, mode == "legacy" and style == "setup_context")
+    return cls
+
+
+def _install_setup_context_style(cls: Any, info: _Info, forward: Callable) -> None:
+    """Complete backward's gradients; give the class (legacy mode) or a twin the legacy form."""
+    binder = info.binder
     user_name = "backward" if _defined(cls, "backward") else "vjp"
     backward = getattr(cls, user_name)
-    backward = getattr(backward, "__autograd_compat_padded__", backward)
-    _autocast_setup_context(cls, forward, backward)
-    if style == "setup_context":
-        # Wrap whichever of backward / vjp (its alias, torch >= 1.9) the class defines.
-        if any(d is not _MISSING for d in binder.defaults):
-            backward = _pad_gradients(cls, backward, binder)
-        target = user_name if hasattr(_Function, "vjp") else "backward"  # torch 1.8: no vjp alias
-        if backward is not getattr(cls, target):
-            setattr(cls, target, staticmethod(backward))
-        if mode == "legacy":  # the class itself takes the legacy form
-            for key, value in _legacy_form(cls, forward, cls.setup_context).items():
-                setattr(cls, key, value)
+    expand = info.mode == "legacy" and not _non_tensor_outputs()
+    if expand:
+        backward = _expand_gradients(backward)
+    if binder.size > 1 or binder.varargs:
+        backward = _pad_gradients(cls, backward, binder)
+    # Wrap whichever of backward / vjp (its alias, torch >= 1.9) the class defines.
+    target = user_name if hasattr(_Function, "vjp") else "backward"  # torch 1.8: no vjp alias
+    if backward is not getattr(cls, target):
+        _set(cls, info, target, staticmethod(backward))
+    setup_context = _autocast_setup_context(cls, info, forward)
+    if info.mode == "legacy":  # the class itself takes the legacy form
+        finish = _tensors_for_torch if expand else None
+        for key, value in _legacy_form(forward, setup_context, finish).items():
+            _set(cls, info, key, value)
+        if not hasattr(cls._backward_cls, "save_for_forward"):
+            info.originals.setdefault("jvp", cls.__dict__.get("jvp", _MISSING))
             _accept_save_for_forward(cls)
-        elif _C_APPLY_BINDS or TORCH_VERSION < (2, 4):
-            info.twin = _make_twin(cls, forward, cls.setup_context)
+    elif _C_APPLY_BINDS or TORCH_VERSION < (2, 4):
+        info.twin = _make_twin(cls, forward, setup_context)
 
+
+def _build_apply(cls: Any, info: _Info) -> Callable:
+    name, binder, mode, style = cls.__qualname__, info.binder, info.mode, info.style
     # What dynamo should trace when it runs ``apply`` itself (torch >= 2.0): the class, which it
     # intercepts, or on torch 2.1-2.3 the legacy-form twin, since dynamo rejects setup_context
     # there ("NYI - autograd.Function with custom setup_context method", pytorch #118397).
@@ -745,29 +1001,24 @@ def _decorate(cls: Any, legacy: Optional[bool]) -> Any:
                 f"autograd.Functions from torch 2.0 on (torch.func); this is torch "
                 f"{torch.__version__}. Upgrade torch to use {name} under transforms."
             )
-        apply = _apply(cls, binder, torch_apply, refuse=refuse, traced=traced)
-    elif _C_APPLY_BINDS:
-        # torch >= 2.15 binds defaults inside its C-level apply, calling inspect.signature(forward)
-        # .bind on every call. The legacy-form twin runs forward and setup_context identically
-        # without that cost; torch.func and torch.compile use the class itself.
-        assert info.twin is not None
-        eager = _C_APPLY.__get__(None, info.twin)
-        apply = _apply(cls, binder, eager, torch_apply, traced=traced)
-    else:
-        # torch 2.0-2.14: torch's Python apply binds with inspect (2.2+) and then calls the C-level
-        # apply; call the latter with the tuple bound here.
-        eager = _C_APPLY.__get__(None, cls)
-        apply = _apply(cls, binder, eager, torch_apply, unwrap=_unwrap_dead_wrappers, traced=traced)
+        reassemble = style == "setup_context" and not _non_tensor_outputs()
+        return _apply(binder, torch_apply, refuse=refuse, traced=traced, reassemble=reassemble)
     if mode == "native" and (2, 3) <= TORCH_VERSION < (2, 4):
         # torch 2.3.x: the first torch.func transform of a Function in a process imports
         # torch._dynamo lazily, under the transform, and that import draws random numbers, which
         # vmap refuses (pytorch #128607). Import it now, outside any transform.
         importlib.import_module("torch._dynamo")
-    apply.__doc__ = f"Apply {name}; arguments as for forward{inspect.signature(forward)}."
-    apply.__qualname__ = f"{name}.apply"
-    cls.apply = staticmethod(apply)
-    _guard_subclasses(cls, mode == "legacy" and style == "setup_context")
-    return cls
+    if _C_APPLY_BINDS:
+        # torch >= 2.15 binds defaults inside its C-level apply, calling inspect.signature(forward)
+        # .bind on every call. The legacy-form twin runs forward and setup_context identically
+        # without that cost; torch.func and torch.compile use the class itself.
+        assert info.twin is not None
+        eager = _C_APPLY.__get__(None, info.twin)
+        return _apply(binder, eager, torch_apply, traced=traced)
+    # torch 2.0-2.14: torch's Python apply binds with inspect (2.2+) and then calls the C-level
+    # apply; call the latter with the tuple bound here.
+    eager = _C_APPLY.__get__(None, cls)
+    return _apply(binder, eager, torch_apply, unwrap=_unwrap_dead_wrappers, traced=traced)
 
 
 def mode(cls: type) -> str:
@@ -843,9 +1094,6 @@ def _drop_ctx(forward: Callable) -> Callable:
 
 # --- automatic mixed precision ------------------------------------------------------------------
 
-_AUTOCAST_STATE = ("_fwd_used_autocast", "_dtype")  # the ctx attributes torch's custom_fwd sets
-
-
 def _autocast_api(device_type: str) -> Tuple[Callable, Callable, Callable]:
     """(is_enabled(), dtype(), autocast(enabled, dtype)) for ``device_type`` on this torch."""
     if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4: device-generic autocast queries
@@ -898,21 +1146,69 @@ def _first_name(fn: Callable) -> str:
 
 
 def _takes_ctx(fn: Callable) -> bool:
-    """Whether ``fn`` takes ctx first (legacy form), judged by its first parameter's name."""
+    """Whether a forward without setup_context names ctx first (the legacy form)."""
     first = _first_name(fn)
     return first.startswith("ctx") or first in ("context", "self", "_")
+
+
+# torch >= 1.10 names the ctx base class FunctionCtx; torch 1.8/1.9 call it _ContextMethodMixin.
+_FunctionCtx: type = getattr(torch.autograd.function, "FunctionCtx", None) or getattr(
+    torch.autograd.function, "_ContextMethodMixin"
+)
+
+
+def _autocast_ctx_forward(fwd: Callable, device_type: str, cast_inputs: Any) -> Callable:
+    """custom_fwd for ``forward(ctx, *args)``: torch's own where it has one for the device."""
+    if hasattr(getattr(torch, "amp", None), "custom_fwd"):  # torch >= 2.4
+        return torch.amp.custom_fwd(fwd, device_type=device_type, cast_inputs=cast_inputs)
+    if device_type == "cuda":  # torch < 2.4 (no deprecation warning there)
+        return torch.cuda.amp.custom_fwd(fwd, cast_inputs=cast_inputs)
+    is_enabled, get_dtype, autocast = _autocast_api(device_type)
+
+    @functools.wraps(fwd)
+    def wrapped(ctx: Any, *args: Any, **kwargs: Any) -> Any:
+        enabled = is_enabled()
+        ctx._dtype = get_dtype()
+        ctx._fwd_used_autocast = enabled and cast_inputs is None
+        if enabled and cast_inputs is not None:
+            with autocast(False, ctx._dtype):
+                args = _cast(args, device_type, cast_inputs)
+                return fwd(ctx, *args, **_cast(kwargs, device_type, cast_inputs))
+        return fwd(ctx, *args, **kwargs)
+
+    return wrapped
+
+
+def _autocast_ctxless_forward(fwd: Callable, device_type: str, cast_inputs: Any) -> Callable:
+    """custom_fwd for a setup_context-style ``forward(*args)``: casts, never touches ctx (the
+    autocast state is recorded by setup_context, see _autocast_setup_context)."""
+    if cast_inputs is None:
+        return fwd
+    is_enabled, get_dtype, autocast = _autocast_api(device_type)
+
+    @functools.wraps(fwd)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if is_enabled():
+            with autocast(False, get_dtype()):
+                args = _cast(args, device_type, cast_inputs)
+                return fwd(*args, **_cast(kwargs, device_type, cast_inputs))
+        return fwd(*args, **kwargs)
+
+    return wrapped
 
 
 def custom_fwd(fwd: Optional[Callable] = None, *, device_type: str, cast_inputs: Any = None) -> Any:
     """Run forward under autocast as torch's ``custom_fwd`` does, for either Function style.
 
-    Works on a ctx-less ``forward(*args)`` (the class must be decorated with ``@function``, which
-    records the autocast state on ctx before ``setup_context``) and on ``forward(ctx, *args)``.
-    With ``cast_inputs`` set, inside an autocast region the floating-point inputs of
-    ``device_type`` are cast to it and forward (and setup_context) run with autocast disabled.
-    Pair it with :func:`custom_bwd`. Uses ``torch.amp.custom_fwd`` (torch >= 2.4) or
-    ``torch.cuda.amp.custom_fwd`` for ctx-taking forwards where torch has them; never touches the
-    caller's tensors; raises ValueError where this torch has no autocast for ``device_type``.
+    Works on a setup_context-style ``forward(*args)`` and on a legacy ``forward(ctx, *args)``:
+    ``@function`` decides which from the class (does it define ``setup_context``?), never from
+    parameter names, and records the autocast state on ctx before ``setup_context``. Without
+    ``@function`` the forward must take ctx first. With ``cast_inputs`` set, inside an autocast
+    region the floating-point inputs of ``device_type`` are cast to it and forward (and
+    setup_context) run with autocast disabled. Pair it with :func:`custom_bwd`. Uses
+    ``torch.amp.custom_fwd`` (torch >= 2.4) or ``torch.cuda.amp.custom_fwd`` for ctx-taking
+    forwards where torch has them; never touches the caller's tensors; raises ValueError where
+    this torch has no autocast for ``device_type``.
 
     Example::
 
@@ -930,38 +1226,22 @@ def custom_fwd(fwd: Optional[Callable] = None, *, device_type: str, cast_inputs:
     """
     if fwd is None:
         return functools.partial(custom_fwd, device_type=device_type, cast_inputs=cast_inputs)
-    is_enabled, get_dtype, autocast = _autocast_api(device_type)
+    _autocast_api(device_type)  # fail now where this torch has no autocast for the device
+    with_ctx = _autocast_ctx_forward(fwd, device_type, cast_inputs)
+    name = getattr(fwd, "__qualname__", "forward")
 
-    if _takes_ctx(fwd):  # legacy form: torch's own decorator where it has one for this device
-        if hasattr(getattr(torch, "amp", None), "custom_fwd"):  # torch >= 2.4
-            wrapped = torch.amp.custom_fwd(fwd, device_type=device_type, cast_inputs=cast_inputs)
-        elif device_type == "cuda":  # torch < 2.4 (no deprecation warning there)
-            wrapped = torch.cuda.amp.custom_fwd(fwd, cast_inputs=cast_inputs)
-        else:
+    @functools.wraps(fwd)
+    def until_decorated(*args: Any, **kwargs: Any) -> Any:
+        if not args or not isinstance(args[0], _FunctionCtx):
+            raise TypeError(
+                f"{name} is decorated with custom_fwd but was not called with ctx first: its "
+                "class defines setup_context (or forward is a classmethod) and is not decorated "
+                "with @function. Decorate the class with @function."
+            )
+        return with_ctx(*args, **kwargs)
 
-            @functools.wraps(fwd)
-            def wrapped(ctx: Any, *args: Any, **kwargs: Any) -> Any:
-                enabled = is_enabled()
-                ctx._dtype = get_dtype()
-                ctx._fwd_used_autocast = enabled and cast_inputs is None
-                if enabled and cast_inputs is not None:
-                    with autocast(False, ctx._dtype):
-                        args = _cast(args, device_type, cast_inputs)
-                        return fwd(ctx, *args, **_cast(kwargs, device_type, cast_inputs))
-                return fwd(ctx, *args, **kwargs)
-
-    else:
-
-        @functools.wraps(fwd)
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            if cast_inputs is not None and is_enabled():
-                with autocast(False, get_dtype()):
-                    args = _cast(args, device_type, cast_inputs)
-                    return fwd(*args, **_cast(kwargs, device_type, cast_inputs))
-            return fwd(*args, **kwargs)
-
-    wrapped.__autocast_fwd__ = (device_type, cast_inputs)  # type: ignore[attr-defined]
-    return wrapped
+    until_decorated._autocast_fwd = (device_type, cast_inputs, fwd)  # type: ignore[attr-defined]
+    return until_decorated
 
 
 def custom_bwd(bwd: Optional[Callable] = None, *, device_type: str) -> Any:
@@ -991,15 +1271,20 @@ def custom_bwd(bwd: Optional[Callable] = None, *, device_type: str) -> Any:
             with autocast(ctx._fwd_used_autocast, ctx._dtype):
                 return bwd(ctx, *grads)
 
-    wrapped.__autocast_bwd__ = device_type  # type: ignore[attr-defined]
+    wrapped._autocast_bwd = device_type  # type: ignore[attr-defined]
     return wrapped
 
 
-def _autocast_setup_context(cls: Any, forward: Callable, backward: Callable) -> None:
-    """Check custom_fwd/custom_bwd pairing; record the autocast state for a ctx-less forward."""
+def _autocast_forward(cls: Any, info: _Info, user: Dict[str, Any]) -> Callable:
+    """Check custom_fwd/custom_bwd pairing; give a custom_fwd forward the form the class needs.
+
+    Returns the forward to run (the user's, or its autocast wrapper for this class's style).
+    """
     name = cls.__qualname__
-    fwd_amp = getattr(forward, "__autocast_fwd__", None)
-    bwd_device = getattr(backward, "__autocast_bwd__", None)
+    forward = user["forward"].__get__(None, cls)
+    backward = user["backward" if user["backward"] is not _MISSING else "vjp"].__get__(None, cls)
+    fwd_amp = getattr(forward, "_autocast_fwd", None)
+    bwd_device = getattr(backward, "_autocast_bwd", None)
     if bwd_device is not None and (fwd_amp is None or fwd_amp[0] != bwd_device):
         shown = f"device_type={fwd_amp[0]!r}" if fwd_amp else "nothing"
         raise _fail(
@@ -1007,13 +1292,27 @@ def _autocast_setup_context(cls: Any, forward: Callable, backward: Callable) -> 
             f"backward uses custom_bwd(device_type={bwd_device!r}) but forward has {shown}",
             f"Decorate forward with custom_fwd(device_type={bwd_device!r}) from {__name__}.",
         )
-    if fwd_amp is None or _takes_ctx(forward):
-        return
-    if getattr(cls.setup_context, "__autocast_recorded__", False):  # done for a base class
-        return
-    device_type, cast_inputs = fwd_amp
-    is_enabled, get_dtype, _ = _autocast_api(device_type)
+    if fwd_amp is None or not isinstance(user["forward"], staticmethod):
+        return forward
+    device_type, cast_inputs, original = fwd_amp
+    if info.style == "setup_context":
+        forward = _autocast_ctxless_forward(original, device_type, cast_inputs)
+    else:
+        forward = _autocast_ctx_forward(original, device_type, cast_inputs)
+    forward._autocast_fwd = fwd_amp  # type: ignore[attr-defined]
+    _set(cls, info, "forward", staticmethod(forward))
+    return forward
+
+
+def _autocast_setup_context(cls: Any, info: _Info, forward: Callable) -> Callable:
+    """The setup_context to run: the user's, wrapped to record the autocast state on ctx (as
+    torch's custom_fwd does) when forward uses custom_fwd."""
     user_setup_context = cls.setup_context
+    fwd_amp = getattr(forward, "_autocast_fwd", None)
+    if fwd_amp is None:
+        return user_setup_context
+    device_type, cast_inputs, _ = fwd_amp
+    is_enabled, get_dtype, _ = _autocast_api(device_type)
 
     @functools.wraps(user_setup_context)
     def setup_context(ctx: Any, inputs: tuple, output: Any) -> Any:
@@ -1024,8 +1323,8 @@ def _autocast_setup_context(cls: Any, forward: Callable, backward: Callable) -> 
             inputs = _cast(inputs, device_type, cast_inputs)
         return user_setup_context(ctx, inputs, output)
 
-    setup_context.__autocast_recorded__ = True  # type: ignore[attr-defined]
-    cls.setup_context = staticmethod(setup_context)  # type: ignore[attr-defined]
+    _set(cls, info, "setup_context", staticmethod(setup_context))
+    return setup_context
 
 
 # --- feature report ----------------------------------------------------------------------------
