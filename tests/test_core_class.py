@@ -3,6 +3,7 @@ thread safety, memory, and the feature report."""
 
 from __future__ import annotations
 
+import copy
 import gc
 import inspect
 import pickle
@@ -349,3 +350,79 @@ def test_features_detected():
     assert isinstance(found["compile"], str)
     if not hasattr(torch, "compile"):
         assert found["compile"].startswith("unavailable")
+
+
+# --- pickling, builtins, re-decoration, environment ----------------------------------------------
+
+
+def test_apply_and_functional_pickle_and_copy_by_reference():
+    op = compatfn.functional(Scale)
+    assert compatfn.functional(Scale) is op
+    for obj in (Scale.apply, op):
+        assert pickle.loads(pickle.dumps(obj)) is obj
+        assert copy.deepcopy(obj) is obj and copy.copy(obj) is obj
+    x = torch.ones(2)
+    assert torch.equal(pickle.loads(pickle.dumps(op))(x, factor=3.0), torch.full((2,), 3.0))
+
+
+@pytest.mark.parametrize("setup_context", [True, False], ids=["setup_context", "legacy-form"])
+def test_builtin_forward_fails_at_decoration_naming_the_class(setup_context):
+    namespace = {
+        "forward": staticmethod(torch.sin),
+        "backward": staticmethod(lambda ctx, grad: grad),
+    }
+    if setup_context:
+        namespace["setup_context"] = staticmethod(lambda ctx, inputs, output: None)
+    cls = type("Sine", (torch.autograd.Function,), namespace)
+    with pytest.raises(TypeError, match=r"^Sine: the signature of forward .* cannot be read"):
+        compatfn.function(cls)
+
+
+def test_redecorating_with_the_same_legacy_choice_is_harmless():
+    @compatfn.function(legacy=True)
+    class Forced(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x * 2
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 2
+
+    assert compatfn.function(legacy=True)(Forced) is Forced
+    assert compatfn.function(Forced) is Forced
+    if compatfn.mode(Scale) == "legacy":  # torch 1.x or COMPATFN_LEGACY=1: legacy=True agrees
+        assert compatfn.function(legacy=True)(Scale) is Scale
+    assert torch.equal(Forced.apply(torch.ones(1)), torch.full((1,), 2.0))
+
+
+@pytest.mark.parametrize(
+    "value, forced",
+    [
+        ("1", True),
+        ("true", True),
+        (" Yes ", True),
+        ("ON", True),
+        ("", False),
+        ("0", False),
+        ("false", False),
+        (" No", False),
+        ("OFF ", False),
+    ],
+)
+def test_legacy_environment_values(monkeypatch, value, forced):
+    monkeypatch.setenv("COMPATFN_LEGACY", value)
+    assert core.env_forces_legacy() is forced
+    cls = compatfn.function(_bad())
+    assert compatfn.mode(cls) == ("legacy" if forced or not NATIVE_TORCH else "native")
+
+
+@pytest.mark.parametrize("value", ["2", "legacy", "nein", "1 0"])
+def test_legacy_environment_rejects_other_values(monkeypatch, value):
+    monkeypatch.setenv("COMPATFN_LEGACY", value)
+    with pytest.raises(ValueError, match=r"COMPATFN_LEGACY=.* is not understood: .*1, true, yes"):
+        compatfn.function(_bad())

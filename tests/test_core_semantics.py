@@ -613,3 +613,73 @@ def test_missing_gradient_that_is_needed_raises_naming_parameter():
     x, scale = double(3), torch.tensor(3.0, dtype=torch.float64, requires_grad=True)
     with pytest.raises(RuntimeError, match=r"Short\.backward returned 1 gradient.*'scale'"):
         short.apply(x, scale).sum().backward()
+
+
+# --- user exceptions and gradient padding on every torch ------------------------------------------
+
+
+class _Boom(TypeError):
+    pass
+
+
+def _raising(where):
+    def fail(*_):
+        try:
+            raise KeyError("inner")
+        except KeyError as inner:
+            raise _Boom(f"boom in {where}") from inner
+
+    @compatfn.function
+    class Raising(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            if where == "forward":
+                fail()
+            return x * 2
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            if where == "setup_context":
+                fail()
+
+        @staticmethod
+        def backward(ctx, grad):
+            if where == "backward":
+                fail()
+            return grad * 2
+
+    return Raising
+
+
+@pytest.mark.parametrize("where", ["forward", "setup_context", "backward"])
+def test_user_exceptions_reach_the_caller_unchanged(where):
+    cls = _raising(where)
+    with pytest.raises(_Boom) as error:
+        cls.apply(double(2)).sum().backward()
+    assert str(error.value) == f"boom in {where}"
+    assert isinstance(error.value.__cause__, KeyError)
+    assert error.value.__context__ is error.value.__cause__
+    assert not error.value.__suppress_context__ or error.value.__cause__ is not None
+
+
+@compatfn.function
+class TwoInputs(torch.autograd.Function):
+    @staticmethod
+    def forward(x, y):
+        return x * y
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.y = inputs[1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.y  # no gradient for y, which needs none
+
+
+def test_missing_trailing_gradient_padded_without_defaults(device):
+    x, y = double(3, device=device), torch.full((3,), 4.0, dtype=torch.float64, device=device)
+    TwoInputs.apply(x, y).sum().backward()
+    assert torch.equal(x.grad, y)
+    with pytest.raises(RuntimeError, match=r"TwoInputs\.backward returned 1 gradient.*'y'"):
+        TwoInputs.apply(x, y.requires_grad_()).sum().backward()

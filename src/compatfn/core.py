@@ -1066,30 +1066,29 @@ def functional(cls: Any) -> Callable[..., Any]:
         clipped_relu(x, clip=2.0)
     """
     info = _info(cls)
-    forward = info.forward if info.style == "setup_context" else _drop_ctx(info.forward)
-    apply, traced, bind = cls.apply, info.traced, info.binder.bind_traceable
+    apply = cls.apply
+    existing = getattr(apply, "functional", None)
+    if existing is not None:
+        return existing  # type: ignore[no-any-return]
+    forward, traced, bind = info.forward, info.traced, info.binder.bind_traceable
 
     @functools.wraps(forward)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if _is_compiling():  # a constant while dynamo traces
+        if _dynamo_tracing():  # a constant while dynamo traces
             # Dynamo intercepts ``cls.apply`` and takes no keywords there: bind them here.
             return traced.apply(*bind(args, kwargs))
         return apply(*args, **kwargs)
 
     call.__doc__ = forward.__doc__ or cls.__doc__
+    if info.style == "legacy-form":  # show forward's parameters without ctx
+        signature = inspect.signature(forward)
+        call.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=list(signature.parameters.values())[1:]
+        )
+    # Kept on apply, so that pickle and copy find it by reference, as torch's own Fn.apply.
+    call.__module__, call.__qualname__ = cls.__module__, f"{cls.__qualname__}.apply.functional"
+    apply.functional = call
     return call
-
-
-def _drop_ctx(forward: Callable) -> Callable:
-    signature = inspect.signature(forward)
-    shown = signature.replace(parameters=list(signature.parameters.values())[1:])
-
-    @functools.wraps(forward)
-    def without_ctx(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never called
-        return forward(*args, **kwargs)
-
-    without_ctx.__signature__ = shown  # type: ignore[attr-defined]
-    return without_ctx
 
 
 # --- automatic mixed precision ------------------------------------------------------------------
