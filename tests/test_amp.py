@@ -203,3 +203,71 @@ def test_cpu_autocast_request_on_old_torch_is_a_clear_error():
 def test_other_devices_need_device_generic_autocast():
     with pytest.raises(ValueError, match=r"device_type='xpu' needs torch >= 2\.4"):
         compatfn.custom_fwd(device_type="xpu")(lambda x: x)
+
+
+def _named_matmul(device: str, cast_inputs, log):
+    """A setup_context-style forward whose first parameter merely looks like ctx."""
+
+    @compatfn.function
+    class Named(torch.autograd.Function):
+        @staticmethod
+        @compatfn.custom_fwd(device_type=device, cast_inputs=cast_inputs)
+        def forward(context, ctx_w):
+            log.append(("forward", autocast_state(device), context.dtype))
+            return context.mm(ctx_w)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(*inputs)
+
+        @staticmethod
+        @compatfn.custom_bwd(device_type=device)
+        def backward(ctx, grad):
+            log.append(("backward", autocast_state(device)))
+            a, b = ctx.saved_tensors
+            return grad.mm(b.t()), a.t().mm(grad)
+
+    return Named
+
+
+@pytest.mark.parametrize("cast", [None, torch.float32], ids=["no-cast", "cast-float32"])
+def test_style_comes_from_the_class_not_parameter_names(dev, dtype, cast):
+    """pytorch #132388: never write autocast state onto the caller's first tensor."""
+    device = dev
+    need_autocast(device)
+    log: list = []
+    fn = _named_matmul(device, cast, log)
+    a, b = inputs(device)
+    with autocast(device, dtype):
+        y = fn.apply(a, b)
+    y.float().sum().backward()
+    assert y.dtype == (cast or dtype)
+    assert log[0] == ("forward", (cast is None, dtype), cast or torch.float32)
+    assert log[-1] == ("backward", (cast is None, dtype))
+    for t in (a, b):
+        assert not hasattr(t, "_fwd_used_autocast") and not hasattr(t, "_dtype")
+
+
+def test_ctxless_custom_fwd_in_an_undecorated_class_is_a_clear_error():
+    device = "cpu" if CPU_AUTOCAST else "cuda"
+
+    class Undecorated(torch.autograd.Function):
+        @staticmethod
+        @compatfn.custom_fwd(device_type=device)
+        def forward(x):
+            return x * 2
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 2
+
+    if not hasattr(torch.autograd.Function, "setup_context"):  # torch 1.x: torch's own error
+        return
+    x = torch.ones(2)
+    with pytest.raises(TypeError, match=r"forward is decorated with custom_fwd but was not call"):
+        Undecorated.apply(x)
+    assert not hasattr(x, "_dtype")

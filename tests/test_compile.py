@@ -1,10 +1,11 @@
-"""Issue 5, part 3: decorated Functions under ``torch.compile(fullgraph=True)``.
+"""Decorated Functions under ``torch.compile(fullgraph=True)``.
 
 What compiles where (measured; see README "Using compatfn with AMP, torch.func and torch.compile"):
 
 * torch >= 2.4: ``functional(Fn)``, ``torch.compile(Fn.apply)`` and direct ``Fn.apply(...)`` calls
   (``op = Fn.apply; op(x)`` in compiled code is such a direct call).
-  Keywords in a direct ``Fn.apply(...)`` call inside compiled code need torch >= 2.13 (dynamo).
+  Keywords in a direct ``Fn.apply(...)`` call inside compiled code need torch >= 2.13 (dynamo),
+  on the native and on the forced legacy path.
 * torch 2.1-2.3: ``functional(Fn)``, ``torch.compile(Fn.apply)`` and ``legacy=True`` classes; a
   direct ``Fn.apply(...)`` call of a setup_context-style class is rejected by dynamo (#118397).
 * torch 2.0 on Python 3.11, torch 1.x: no torch.compile.
@@ -95,11 +96,12 @@ def test_direct_apply_call():
 
 
 @pytest.mark.skipif(core.TORCH_VERSION < (2, 13), reason="dynamo takes keywords to apply: 2.13+")
-def test_direct_apply_call_with_keywords():
-    fn = make_clip()
-    if compatfn.mode(fn) == "legacy":
-        pytest.skip("dynamo takes no keywords to apply of a legacy-form class (2.15 included)")
+@pytest.mark.parametrize("legacy", [None, True], ids=["default-path", "legacy-forced"])
+def test_direct_apply_call_with_keywords(legacy):
+    """The legacy form's forward carries the user's parameter names, which dynamo binds."""
+    fn = make_clip(legacy)
     check(lambda t: fn.apply(t, clip=0.5) * 2)
+    check(lambda t: fn.apply(x=t, clip=0.5) * 2)
 
 
 def test_inductor():

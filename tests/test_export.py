@@ -1,0 +1,116 @@
+"""``torch.export.export`` (strict and non-strict) of modules that call decorated Functions.
+
+The promise: wherever this torch exports a hand-written legacy Function of the same math (the
+baseline, tried first in each test), it exports the decorated one too, with equal results,
+keyword arguments included, through a direct ``Fn.apply(...)`` and through ``functional(Fn)``.
+(Unlike torch.compile on torch 2.1-2.3, export traces without autograd, so dynamo's rejection of
+setup_context-style Functions there, pytorch #118397, does not apply.)
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+import compatfn
+
+export = getattr(torch, "export", None)
+pytestmark = pytest.mark.skipif(
+    export is None or not hasattr(export, "export"), reason="torch.export needs torch >= 2.1"
+)
+# Modes this torch's export has: strict (dynamo) always; non-strict where export takes strict=.
+MODES = ["strict", "non-strict"]
+
+
+class HandWritten(torch.autograd.Function):
+    """The baseline: the same math in the legacy form."""
+
+    @staticmethod
+    def forward(ctx, x, clip=1.0):
+        ctx.save_for_backward((x > 0) & (x < clip))
+        return x.clamp(0, clip)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (mask,) = ctx.saved_tensors
+        return grad * mask, None
+
+
+def make_clip(legacy=None):
+    class Clip(torch.autograd.Function):
+        @staticmethod
+        def forward(x, clip=1.0):
+            return x.clamp(0, clip)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            x, clip = inputs
+            ctx.save_for_backward((x > 0) & (x < clip))
+
+        @staticmethod
+        def backward(ctx, grad):
+            (mask,) = ctx.saved_tensors
+            return grad * mask
+
+    return compatfn.function(Clip, legacy=legacy)
+
+
+class Calls(torch.nn.Module):
+    """Calls ``op``; with ``weighted``, on ``x * weight``, a parameter (the input requires grad)."""
+
+    def __init__(self, op, keywords: bool, weighted: bool = False) -> None:
+        super().__init__()
+        self.op, self.keywords = op, keywords
+        self.weight = torch.nn.Parameter(torch.full((8,), 1.5)) if weighted else None
+
+    def forward(self, x):
+        if self.weight is not None:
+            x = x * self.weight
+        y = self.op(x, clip=0.5) if self.keywords else self.op(x, 0.5)
+        return y * 2
+
+
+def _export(module: torch.nn.Module, x: torch.Tensor, mode: str):
+    if mode == "strict":
+        return export.export(module, (x,))
+    if "strict" not in inspect.signature(export.export).parameters:
+        pytest.skip(f"torch {torch.__version__} has no non-strict export")
+    return export.export(module, (x,), strict=False)
+
+
+def _baseline_exports(keywords: bool, mode: str, weighted: bool) -> None:
+    try:
+        _export(Calls(HandWritten.apply, keywords, weighted), torch.randn(8), mode)
+    except Exception as error:  # torch itself cannot: nothing is promised here
+        pytest.skip(f"torch {torch.__version__} does not export the hand-written Function: {error}")
+
+
+def _check(op, keywords: bool, mode: str, weighted: bool) -> None:
+    x = torch.randn(8)
+    module = Calls(op, keywords, weighted)
+    program = _export(module, x, mode)
+    for sample in (x, torch.randn(8)):
+        assert torch.equal(program.module()(sample), module(sample))
+
+
+CASES = [
+    pytest.param(mode, keywords, legacy, weighted, id=f"{mode}-{k_id}-{l_id}-{w_id}")
+    for mode in MODES
+    for keywords, k_id in ((False, "positional"), (True, "keywords"))
+    for legacy, l_id in ((None, "default-path"), (True, "legacy-forced"))
+    for weighted, w_id in ((False, "input"), (True, "parameter"))
+]
+
+
+@pytest.mark.parametrize("mode, keywords, legacy, weighted", CASES)
+def test_direct_apply_exports(mode, keywords, legacy, weighted):
+    _baseline_exports(keywords, mode, weighted)
+    _check(make_clip(legacy).apply, keywords, mode, weighted)
+
+
+@pytest.mark.parametrize("mode, keywords, legacy, weighted", CASES)
+def test_functional_exports(mode, keywords, legacy, weighted):
+    _baseline_exports(False, mode, weighted)  # functional binds keywords itself
+    _check(compatfn.functional(make_clip(legacy)), keywords, mode, weighted)
