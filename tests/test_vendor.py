@@ -1,14 +1,18 @@
-"""Issue 2, point 10: the core is one module that imports only the standard library and torch, never
-names its package, and works when copied into another package under another name."""
+"""The core is one module that imports only the standard library and torch, never names its
+package, and works when copied into another package under another name; ``python -m compatfn``
+(report) and ``python -m compatfn vendor`` behave as documented, errors in one line."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from compatfn import core
@@ -98,10 +102,69 @@ def test_vendor_command_writes_one_importable_file(tmp_path):
     text = dest.read_text()
     import compatfn
 
-    assert text.startswith(f"# Vendored from compatfn {compatfn.__version__}")
-    assert "BSD-3-Clause" in text.splitlines()[0]
+    assert text.startswith(f"# Vendored from compatfn {compatfn.__version__}, module compatfn.core")
     assert text.endswith(SOURCE)
     _exercise(_import_as(package, "throwaway_pkg._fn_compat"))
+
+
+def test_vendored_header_carries_license_and_whole_api(tmp_path):
+    from compatfn import core
+    from compatfn.__main__ import vendor
+
+    header = vendor(tmp_path / "v.py").read_text()[: -len(SOURCE)]
+    license_text = (Path(core.__file__).parent / "LICENSE").read_text()
+    for line in license_text.strip().splitlines():  # copyright line, conditions, disclaimer
+        assert f"# {line}".rstrip() in header
+    assert "Copyright (c)" in header and "THIS SOFTWARE IS PROVIDED" in header
+    assert f"# Public API: {', '.join(core.__all__)} (" in header
+    assert "custom_fwd" in core.__all__ and "COMPATFN_LEGACY" in header
+
+
+def _cli(*args: str, **env: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "compatfn", *args]
+    return subprocess.run(command, capture_output=True, text=True, env={**os.environ, **env})
+
+
+def test_vendor_creates_missing_folders(tmp_path):
+    dest = tmp_path / "a" / "b" / "_compat.py"
+    done = _cli("vendor", str(dest))
+    assert done.returncode == 0, done.stderr
+    assert dest.read_text().endswith(SOURCE)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: p, "is a folder; name the .py file to write"),
+        (lambda p: p / "notes.txt", "is not a .py file"),
+        (lambda p: (p / "exists.py").write_text("# mine\n") and p / "exists.py", "--force"),
+    ],
+    ids=["folder", "not-python", "exists"],
+)
+def test_vendor_usage_errors_are_one_line_exit_2(tmp_path, make, message):
+    done = _cli("vendor", str(make(tmp_path)))
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: ") and message in done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_vendor_that_cannot_write_says_why_in_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    done = _cli("vendor", str(blocker / "sub" / "x.py"))  # a parent is a file
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"error: cannot write {blocker / 'sub' / 'x.py'}: ")
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_vendor_does_not_import_torch(tmp_path):
+    code = (
+        "import sys; from compatfn.__main__ import main\n"
+        f"assert main(['vendor', {str(tmp_path / 'v.py')!r}]) == 0\n"
+        "assert 'torch' not in sys.modules, 'vendor imported torch'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_vendor_refuses_to_overwrite_without_force(tmp_path, capsys):
@@ -114,7 +177,50 @@ def test_vendor_refuses_to_overwrite_without_force(tmp_path, capsys):
     assert dest.read_text() == "# mine\n"
     assert main(["vendor", str(dest), "--force"]) == 0
     assert dest.read_text().endswith(SOURCE)
-    assert main(["vendor", str(tmp_path / "not-python.txt")]) == 2
+
+
+def test_bad_arguments_exit_2():
+    assert _cli("vendor").returncode == 2
+    assert _cli("--bogus").returncode == 2
+
+
+def test_report_under_warnings_as_errors_shows_the_same_features():
+    plain, strict = _cli("--json"), subprocess.run(
+        [sys.executable, "-W", "error", "-m", "compatfn", "--json"], capture_output=True, text=True
+    )
+    assert plain.returncode == 0 and strict.returncode == 0, plain.stderr + strict.stderr
+    assert json.loads(plain.stdout)["features"] == json.loads(strict.stdout)["features"]
+    assert plain.stderr == "" and strict.stderr == ""  # no stray warnings
+    features = json.loads(plain.stdout)["features"]
+    assert not any(str(value).startswith("error:") for value in features.values()), features
+
+
+def test_report_shows_a_torch_import_warning_as_one_line():
+    code = (
+        "import sys; sys.modules['numpy'] = None\n"
+        "from compatfn.__main__ import main\n"
+        "sys.exit(main([]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if core_needs_numpy():
+        assert done.returncode == 1 and done.stderr.startswith("error: torch cannot be imported")
+        return
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    warned = [line for line in done.stdout.splitlines() if line.startswith("torch warned: ")]
+    assert len(warned) == 1 and "NumPy" in warned[0]
+
+
+def core_needs_numpy() -> bool:
+    """torch 1.8 cannot be imported at all without NumPy."""
+    return torch.__version__.startswith("1.8.")
+
+
+def test_bad_legacy_environment_value_is_a_usage_error():
+    done = _cli(COMPATFN_LEGACY="perhaps")
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: COMPATFN_LEGACY='perhaps' is not understood")
+    assert "Traceback" not in done.stderr
 
 
 def test_report_command():

@@ -22,18 +22,12 @@ Example::
     Square.apply(torch.ones(3, requires_grad=True))  # torch 1.8 ... newest
 """
 
-from compatfn.core import (
-    as_legacy,
-    custom_bwd,
-    custom_fwd,
-    features,
-    function,
-    functional,
-    mode,
-)
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+# The public API is compatfn.core's ``__all__``, imported on first use (PEP 562) so that commands
+# which need no torch, such as ``python -m compatfn vendor``, never import it.
 __all__ = [
     "__version__",
     "as_legacy",
@@ -44,3 +38,26 @@ __all__ = [
     "functional",
     "mode",
 ]
+
+if TYPE_CHECKING:
+    from compatfn.core import (
+        as_legacy,
+        custom_bwd,
+        custom_fwd,
+        features,
+        function,
+        functional,
+        mode,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from compatfn import core
+
+        return getattr(core, name)
+    raise AttributeError(f"module 'compatfn' has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))

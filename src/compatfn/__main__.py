@@ -5,34 +5,93 @@ Examples::
     python -m compatfn          # report for the installed torch; exit 1 if a check fails
     python -m compatfn --json   # the same, as JSON
     python -m compatfn vendor mypkg/_autograd_compat.py  # write the vendorable core
+
+Exit status: 0 success, 1 a failed self-check or a file that cannot be written, 2 a usage error
+(bad arguments, an existing destination without ``--force``, a bad ``COMPATFN_LEGACY``). ``vendor``
+never imports torch.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib.util
 import json
-import os
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-import torch
-
 import compatfn
-from compatfn import core
 
 HEADER = """\
-# Vendored from compatfn {version} (module compatfn.core); BSD-3-Clause, see
-# the compatfn project for the full license text. Do not edit: regenerate with
-#     python -m compatfn vendor {dest}
-# Public API: function, mode, as_legacy, functional, features (see the docstrings below).
+# Vendored from compatfn {version}, module compatfn.core; do not edit. Regenerate it with
+#     python -m compatfn vendor {dest} --force
+# Public API: {api} (see the docstrings below).
+# Every copy reads the environment variable COMPATFN_LEGACY (1 forces the legacy path).
+#
+{license}
 """
 
 
-def _devices() -> List[str]:
-    return ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+class UsageError(Exception):
+    """A mistake in how the command was called: reported in one line, exit status 2."""
+
+
+def _core_path() -> Path:
+    spec = importlib.util.find_spec("compatfn.core")  # finds the file without importing torch
+    assert spec is not None and spec.origin is not None
+    return Path(spec.origin)
+
+
+def public_api(source: str) -> List[str]:
+    """The names in the ``__all__`` list of a module's source, read without importing it."""
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
+        ):
+            return [str(ast.literal_eval(element)) for element in node.value.elts]  # type: ignore[attr-defined]
+    raise ValueError("the module defines no __all__")
+
+
+def _license_comment() -> str:
+    text = Path(__file__).with_name("LICENSE").read_text(encoding="utf-8")
+    return "\n".join(f"# {line}".rstrip() for line in text.strip().splitlines())
+
+
+def vendor(dest: Path, force: bool = False) -> Path:
+    """Write the vendorable core module (``compatfn.core``) to ``dest`` with a header.
+
+    Missing parent folders are created. Raises :class:`UsageError` for a destination that is a
+    folder, not a ``.py`` file, or exists without ``force``; ``OSError`` if it cannot be written.
+
+    Example::
+
+        vendor(Path("src/mylib/_autograd_compat.py"))
+    """
+    if dest.is_dir():
+        raise UsageError(
+            f"{dest} is a folder; name the .py file to write, e.g. {dest / '_autograd_compat.py'}"
+        )
+    if dest.suffix != ".py":
+        raise UsageError(f"{dest} is not a .py file; name a module, e.g. _autograd_compat.py")
+    if dest.exists() and not force:
+        raise UsageError(f"{dest} exists; pass --force to overwrite it")
+    source = _core_path().read_text(encoding="utf-8")
+    header = HEADER.format(
+        version=compatfn.__version__,
+        dest=dest.as_posix(),
+        api=", ".join(public_api(source)),
+        license=_license_comment(),
+    )
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(header + source, encoding="utf-8")
+    return dest
+
+
+# --- report and self-check ---------------------------------------------------------------------
 
 
 def _selfcheck_cases() -> List[tuple]:
@@ -48,14 +107,20 @@ def _selfcheck_cases() -> List[tuple]:
     ]
 
 
-def _input(device: str) -> torch.Tensor:
+def _input(device: str) -> Any:
+    import torch
+
     # Values away from the kinks (0 and clip), where the derivative is defined.
     base = torch.tensor([-1.5, -0.25, 0.25, 0.75, 1.5, 3.0], dtype=torch.float64)
     return base.to(device).requires_grad_()
 
 
 def _check(cls: Any, kwargs: Dict[str, Any], device: str) -> None:
-    def call(x: torch.Tensor) -> Any:
+    import torch
+
+    from compatfn import core
+
+    def call(x: Any) -> Any:
         return cls.apply(x * 1, **kwargs)  # x * 1: in-place Functions must not get a leaf
 
     if not torch.autograd.gradcheck(call, (_input(device),)):
@@ -75,8 +140,11 @@ def _check(cls: Any, kwargs: Dict[str, Any], device: str) -> None:
 
 def selfcheck() -> List[Dict[str, Any]]:
     """Run the reference Functions through gradcheck, gradgradcheck and native/legacy parity."""
+    import torch
+
     results = []
-    for device in _devices():
+    devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+    for device in devices:
         for cls, kwargs in _selfcheck_cases():
             start = time.perf_counter()
             try:
@@ -98,20 +166,31 @@ def selfcheck() -> List[Dict[str, Any]]:
 
 
 def report() -> Dict[str, Any]:
-    """Everything ``python -m compatfn`` prints, as a dict."""
-    from compatfn import relu
+    """Everything ``python -m compatfn`` prints, as a dict.
 
-    return {
-        "compatfn": compatfn.__version__,
-        "torch": str(torch.__version__),
-        "torch_path": str(Path(torch.__file__).parent),
-        "python": sys.version.split()[0],
-        "cuda": torch.cuda.is_available(),
-        "path": core.mode(relu.ReLU),
-        "legacy_forced": os.environ.get(core.LEGACY_ENV, "") not in ("", "0"),
-        "features": compatfn.features(),
-        "selfcheck": selfcheck(),
-    }
+    Warnings raised while torch is imported and probed (a missing NumPy, deprecations inside
+    torch) are collected under ``"warnings"``, one line each, instead of being printed.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import torch
+
+        from compatfn import core, relu
+
+        data = {
+            "compatfn": compatfn.__version__,
+            "torch": str(torch.__version__),
+            "torch_path": str(Path(torch.__file__).parent),
+            "python": sys.version.split()[0],
+            "cuda": torch.cuda.is_available(),
+            "path": core.mode(relu.ReLU),
+            "legacy_forced": core.env_forces_legacy(),
+            "features": core.features(),
+            "selfcheck": selfcheck(),
+        }
+    lines = (f"{w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught)
+    data["warnings"] = list(dict.fromkeys(lines))  # once each, in order
+    return data
 
 
 def _print_report(data: Dict[str, Any]) -> None:
@@ -119,6 +198,8 @@ def _print_report(data: Dict[str, Any]) -> None:
     print(f"compatfn {data['compatfn']} on torch {data['torch']} (Python {data['python']})")
     print(f"torch from {data['torch_path']}; CUDA {'available' if data['cuda'] else 'absent'}")
     print(f"path taken: {data['path']}{forced}")
+    for line in data["warnings"]:
+        print(f"torch warned: {line}")
     print("\nfeatures of this torch:")
     width = max(len(k) for k in data["features"])
     for key, value in data["features"].items():
@@ -133,21 +214,7 @@ def _print_report(data: Dict[str, Any]) -> None:
     print(f"\n{len(data['selfcheck']) - failed} passed, {failed} failed")
 
 
-def vendor(dest: Path, force: bool = False) -> Path:
-    """Write the vendorable core module (``compatfn.core``) to ``dest`` with a header."""
-    if dest.exists() and not force:
-        raise FileExistsError(f"{dest} exists; pass --force to overwrite it")
-    if dest.suffix != ".py":
-        raise ValueError(f"{dest} is not a .py file")
-    source = Path(core.__file__).read_text(encoding="utf-8")
-    dest.write_text(
-        HEADER.format(version=compatfn.__version__, dest=dest.as_posix()) + source,
-        encoding="utf-8",
-    )
-    return dest
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m compatfn",
         description="Report what the installed torch offers for custom autograd Functions and "
@@ -155,26 +222,53 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     sub = parser.add_subparsers(dest="command")
-    vend = sub.add_parser("vendor", help="write the vendorable core module to DEST")
+    vend = sub.add_parser(
+        "vendor",
+        help="write the vendorable core module to DEST",
+        description="Write compatfn's core (one module: standard library and torch only) to "
+        "DEST, with a header naming its version, public API and license. Missing folders are "
+        "created. Does not import torch.",
+    )
     vend.add_argument("dest", type=Path, help="the .py file to write, e.g. mypkg/_compat.py")
     vend.add_argument("--force", action="store_true", help="overwrite DEST if it exists")
-    args = parser.parse_args(argv)
+    return parser
 
-    if args.command == "vendor":
-        try:
-            written = vendor(args.dest, force=args.force)
-        except (FileExistsError, ValueError) as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
-        print(f"wrote {written}")
-        return 0
 
-    data = report()
-    if args.json:
+def _vendor_command(dest: Path, force: bool) -> int:
+    try:
+        print(f"wrote {vendor(dest, force=force)}")
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"error: cannot write {dest}: {error.strerror or error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _report_command(as_json: bool) -> int:
+    try:
+        data = report()
+    except ImportError as error:  # torch itself cannot be imported here
+        print(f"error: torch cannot be imported: {error}", file=sys.stderr)
+        return 1
+    except ValueError as error:
+        if "COMPATFN_LEGACY" not in str(error):
+            raise
+        print(f"error: {error}", file=sys.stderr)  # a bad COMPATFN_LEGACY value
+        return 2
+    if as_json:
         print(json.dumps(data, indent=2))
     else:
         _print_report(data)
     return 0 if all(row["ok"] for row in data["selfcheck"]) else 1
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "vendor":
+        return _vendor_command(args.dest, args.force)
+    return _report_command(args.json)
 
 
 if __name__ == "__main__":

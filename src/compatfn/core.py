@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import inspect
 import linecache
 import os
@@ -1329,11 +1330,18 @@ def _autocast_setup_context(cls: Any, info: _Info, forward: Callable) -> Callabl
 # --- feature report ----------------------------------------------------------------------------
 
 
-def _probe(fn: Callable[[], Any]) -> bool:
+def _probe(fn: Callable[[], bool]) -> Union[bool, str]:
+    """Run one feature probe: its answer, or ``"error: <why>"`` when it fails unexpectedly.
+
+    Warnings torch raises while probed (deprecations of its own internals) are not the caller's
+    concern and never turn into errors, under ``python -W error`` either.
+    """
     try:
-        return bool(fn())
-    except Exception:
-        return False
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return bool(fn())
+    except Exception as error:
+        return f"error: {type(error).__name__}: {error}"
 
 
 def _probe_kwargs() -> bool:
@@ -1346,7 +1354,13 @@ def _probe_kwargs() -> bool:
         def backward(ctx: Any, grad: Any) -> Any:
             return grad, None
 
-    return Probe.apply(torch.ones(1), scale=2.0) is not None
+    try:
+        Probe.apply(torch.ones(1), scale=2.0)
+    except TypeError as error:  # torch < 2.13: "apply() takes no keyword arguments"
+        if "keyword" in str(error):
+            return False
+        raise
+    return True
 
 
 def _probe_defaults() -> bool:
@@ -1370,6 +1384,8 @@ def _probe_defaults() -> bool:
 
 
 def _probe_forward_ad() -> bool:
+    if importlib.util.find_spec("torch.autograd.forward_ad") is None:  # torch 1.8
+        return False
     import torch.autograd.forward_ad as fwAD
 
     class Probe(_Function):
@@ -1430,6 +1446,8 @@ def _compile_support() -> str:
 def features() -> Dict[str, Any]:
     """Report what the running torch offers for custom Functions, each feature detected.
 
+    Each probed feature is True, False, or ``"error: <why>"`` when its probe failed unexpectedly.
+
     Example::
 
         >>> features()["setup_context"]
@@ -1442,8 +1460,7 @@ def features() -> Dict[str, Any]:
         "setup_context": HAS_SETUP_CONTEXT,
         "apply_kwargs": _probe(_probe_kwargs),
         "default_binding": HAS_SETUP_CONTEXT and _probe(_probe_defaults),
-        "forward_ad": importlib.util.find_spec("torch.autograd.forward_ad") is not None
-        and _probe(_probe_forward_ad),
+        "forward_ad": _probe(_probe_forward_ad),
         "torch_func": importlib.util.find_spec("torch.func") is not None
         and hasattr(_Function, "generate_vmap_rule"),
         "compile": _compile_support(),
