@@ -157,12 +157,14 @@ for _row in matrix.ROWS:
 
 @nox.session(python=matrix.LINT_PYTHON)
 def lint(session: nox.Session) -> None:
-    """Ruff (lint, format check) over the repository; mypy over src/ (with torch) and tools/."""
+    """Ruff (lint, format check) over the repository; mypy over src/ (with torch) and tools/;
+    actionlint over .github/workflows (configured by .github/actionlint.yaml)."""
     session.install(*matrix.LINT_DEPS)
     session.run("ruff", "check", *session.posargs)
     session.run("ruff", "format", "--check", *session.posargs)
     session.run("mypy")
     session.run("mypy", "--strict", "tools")
+    session.run("actionlint")
 
 
 @nox.session(name="report", python=False, default=False)

