@@ -338,6 +338,7 @@ def test_features_detected():
         "forward_ad",
         "torch_func",
         "compile",
+        "export",
         "amp_device_generic",
         "cpu_autocast",
     }
@@ -350,6 +351,11 @@ def test_features_detected():
     assert isinstance(found["compile"], str)
     if not hasattr(torch, "compile"):
         assert found["compile"].startswith("unavailable")
+    # Measured: torch.export from 2.1, its strict= parameter (non-strict export) from 2.3.
+    expected_export = {(2, 1): "strict", (2, 2): "strict"}.get(core.TORCH_VERSION[:2])
+    if expected_export is None:
+        expected_export = "unavailable" if core.TORCH_VERSION < (2, 1) else "strict, non-strict"
+    assert found["export"] == expected_export
 
 
 # --- pickling, builtins, re-decoration, environment ----------------------------------------------

@@ -101,3 +101,22 @@ def test_report_cells(tools: Tuple[ModuleType, ModuleType], tmp_path: Path) -> N
     assert "n/a (always legacy)" in lines[oldest.torch]
     middle = matrix.ROWS[len(matrix.ROWS) // 2].torch
     assert lines[middle].count("not run") == 6  # CPU, CUDA, legacy, 2 flags, date
+
+
+def test_report_counts_xfailed_and_xpassed_apart(
+    tools: Tuple[ModuleType, ModuleType], tmp_path: Path
+) -> None:
+    _, report = tools
+    path = tmp_path / "tests-x.xml"
+    path.write_text(
+        '<testsuites><testsuite tests="5" failures="2" errors="0" skipped="2">'
+        '<testcase name="a"/>'
+        '<testcase name="b"><skipped type="pytest.skip" message="no GPU"/></testcase>'
+        '<testcase name="c"><skipped type="pytest.xfail" message="torch bug"/></testcase>'
+        '<testcase name="d"><failure message="[XPASS(strict)] torch bug"/></testcase>'
+        '<testcase name="e"><failure message="assert 1 == 2"/></testcase>'
+        "</testsuite></testsuites>"
+    )
+    result = report.read_junit(path)
+    assert result.counts() == "1 passed, 1 failed, 1 xpassed, 1 skipped, 1 xfailed"
+    assert not result.ok

@@ -26,26 +26,35 @@ class Result:
     failures: int = 0
     errors: int = 0
     skipped: int = 0
+    """Skipped tests, expected failures excluded (JUnit counts those as skipped)."""
+    xfailed: int = 0
+    xpassed: int = 0
+    """Unexpected passes of strict xfail tests (JUnit counts those as failures)."""
     seconds: float = 0.0
     timestamp: str = ""
     properties: Dict[str, str] = field(default_factory=dict)
 
     @property
     def passed(self) -> int:
-        return max(0, self.tests - self.failures - self.errors - self.skipped)
+        others = self.failures + self.xpassed + self.errors + self.skipped + self.xfailed
+        return max(0, self.tests - others)
 
     @property
     def ok(self) -> bool:
-        return self.failures == 0 and self.errors == 0 and self.passed > 0
+        return self.failures == 0 and self.xpassed == 0 and self.errors == 0 and self.passed > 0
 
     def counts(self) -> str:
+        """pytest's words: ``250 passed, 94 skipped, 1 xfailed``."""
         parts = [f"{self.passed} passed"]
-        if self.failures:
-            parts.append(f"{self.failures} failed")
-        if self.errors:
-            parts.append(f"{self.errors} errors")
-        if self.skipped:
-            parts.append(f"{self.skipped} skipped")
+        for count, word in (
+            (self.failures, "failed"),
+            (self.xpassed, "xpassed"),
+            (self.errors, "errors"),
+            (self.skipped, "skipped"),
+            (self.xfailed, "xfailed"),
+        ):
+            if count:
+                parts.append(f"{count} {word}")
         return ", ".join(parts)
 
     def one_line(self) -> str:
@@ -77,6 +86,13 @@ def read_junit(path: Path) -> Result:
         result.timestamp = result.timestamp or suite.get("timestamp", "")
         for prop in suite.iter("property"):
             result.properties[prop.get("name", "")] = prop.get("value", "")
+        for case in suite.iter("testcase"):
+            if any(s.get("type") == "pytest.xfail" for s in case.findall("skipped")):
+                result.xfailed += 1
+                result.skipped -= 1
+            if any(f.get("message", "").startswith("[XPASS") for f in case.findall("failure")):
+                result.xpassed += 1
+                result.failures -= 1
     return result
 
 

@@ -1447,6 +1447,17 @@ def _compile_support() -> str:
     )
 
 
+def _export_support() -> str:
+    """``"strict, non-strict"``, ``"strict"`` (torch 2.1-2.2: no ``strict=`` parameter) or
+    ``"unavailable"`` (torch < 2.1)."""
+    export = getattr(getattr(torch, "export", None), "export", None)
+    if export is None:
+        return "unavailable"
+    if "strict" in inspect.signature(export).parameters:
+        return "strict, non-strict"
+    return "strict"
+
+
 def features() -> Dict[str, Any]:
     """Report what the running torch offers for custom Functions, each feature detected.
 
@@ -1468,6 +1479,7 @@ def features() -> Dict[str, Any]:
         "torch_func": importlib.util.find_spec("torch.func") is not None
         and hasattr(_Function, "generate_vmap_rule"),
         "compile": _compile_support(),
+        "export": _export_support(),
         "amp_device_generic": hasattr(amp, "custom_fwd"),
         "cpu_autocast": cpu_autocast is not None and hasattr(cpu_autocast, "autocast"),
     }
