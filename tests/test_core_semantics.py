@@ -238,6 +238,35 @@ def test_non_tensor_outputs_keep_their_places_on_every_torch(device):
     assert OnlyCount.apply(x) == [4]
 
 
+@compatfn.function
+class DirtyWithCount(torch.autograd.Function):
+    """In place, with a non-tensor output: torch raises after forward for a leaf input."""
+
+    @staticmethod
+    def forward(x):
+        return x.mul_(2), 1
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.mark_dirty(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad, _):
+        return grad * 2
+
+
+def test_non_tensor_output_never_leaks_into_the_next_call():
+    with pytest.raises(RuntimeError, match="leaf"):
+        DirtyWithCount.apply(double(3))  # torch refuses an in-place leaf after forward ran
+    x = double(4)
+    assert torch.equal(ClippedReLU.apply(x), x.clamp(0, 1))  # tensors only: nothing left over
+    a, count, b = WithCount.apply(double(2))
+    assert count == 2 and a.shape == (2,) and b.shape == (2,)
+    x = double(2) * 1
+    y, one = DirtyWithCount.apply(x)
+    assert one == 1 and y is x
+
+
 def test_non_tensor_outputs_are_thread_safe():
     errors: list = []
 

@@ -223,30 +223,37 @@ class _Binder:
     def _error(self, message: str) -> TypeError:
         return TypeError(f"{self.owner}.apply() {message}")
 
-    def _missing(self, missing: list) -> TypeError:
-        quoted = [repr(name) for name in missing]
-        listed = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+    def python_error(self, args: tuple, kwargs: dict) -> TypeError:
+        """The TypeError Python raises for this call of forward's signature: its checks, in its
+        order (keywords one by one, then too many positional arguments, then missing ones), in
+        its words. Called only once a binder has found the call wrong."""
+        given = len(args)
+        for name in kwargs:
+            i = self.index.get(name)
+            if i is None:
+                passed = [p for p in self.names if p in self.posonly and p in kwargs]
+                if passed:
+                    return self._error(
+                        "got some positional-only arguments passed as keyword arguments: "
+                        + repr(", ".join(passed))
+                    )
+                return self._error(f"got an unexpected keyword argument {name!r}")
+            if i < given:
+                return self._error(f"got multiple values for argument {name!r}")
+        n, nreq = len(self.names), self.nreq
+        if given > n and not self.varargs:
+            accepted = str(n) if nreq == n else f"from {nreq} to {n}"
+            plural, verb = "" if accepted == "1" else "s", "was" if given == 1 else "were"
+            return self._error(
+                f"takes {accepted} positional argument{plural} but {given} {verb} given"
+            )
+        missing = [repr(name) for name in self.names[given:nreq] if name not in kwargs]
+        if len(missing) > 2:
+            listed = ", ".join(missing[:-1]) + ", and " + missing[-1]
+        else:
+            listed = " and ".join(missing)
         plural = "s" if len(missing) > 1 else ""
         return self._error(f"missing {len(missing)} required positional argument{plural}: {listed}")
-
-    def _too_many_message(self, given: int) -> str:
-        """Python's own wording: ``takes from 1 to 2 positional arguments but 3 were given``."""
-        n, nreq = len(self.names), self.nreq
-        accepted = str(n) if nreq == n else f"from {nreq} to {n}"
-        plural, verb = "" if n == 1 else "s", "was" if given == 1 else "were"
-        return f"takes {accepted} positional argument{plural} but {given} {verb} given"
-
-    def _check_keyword(self, name: str, given: int) -> int:
-        i = self.index.get(name)
-        if i is None:
-            if name in self.posonly:
-                raise self._error(
-                    f"got a positional-only argument passed as keyword argument: {name!r}"
-                )
-            raise self._error(f"got an unexpected keyword argument {name!r}")
-        if i < given:
-            raise self._error(f"got multiple values for argument {name!r}")
-        return i
 
     def _make_bind(self) -> Tuple[Callable[[tuple, dict], tuple], Callable[[tuple, dict], tuple]]:
         """Return ``(bind, bind_traceable)``: ``f(args, kwargs)`` -> the positional tuple for
@@ -256,21 +263,19 @@ class _Binder:
         a list, which dynamo cannot trace on torch 2.1-2.3.
         """
         n, nreq, defaults, index = len(self.names), self.nreq, self.defaults, self.index
-        check_keyword, required, fill_all = self._check_keyword, self.names[:nreq], self.fill_all
+        error, required, fill_all = self.python_error, self.names[:nreq], self.fill_all
         pairs = tuple(zip(self.names, defaults))
 
         def too_many(args: tuple, kwargs: dict) -> tuple:
-            if not self.varargs:
-                raise self._error(self._too_many_message(len(args)))
-            for name in kwargs:  # every named parameter is already filled positionally
-                check_keyword(name, len(args))
+            # With *args every named parameter is already filled positionally: no keyword fits.
+            if not self.varargs or kwargs:
+                raise error(args, kwargs)
             return args
 
-        def check_missing(given: int, kwargs: dict) -> None:
+        def check_missing(args: tuple, kwargs: dict) -> None:
             # Every required parameter not given positionally needs a keyword.
-            missing = [name for name in required[given:] if name not in kwargs]
-            if missing:
-                raise self._missing(missing)
+            if any(name not in kwargs for name in required[len(args) :]):
+                raise error(args, kwargs)
 
         names = tuple(None if name in self.posonly else name for name in self.names)
 
@@ -284,14 +289,14 @@ class _Binder:
                 values = args + tuple(kwargs.values())
                 return values + defaults[end:] if fill_all else values
             if given < nreq:
-                check_missing(given, kwargs)
+                check_missing(args, kwargs)
             bound = list(args)
             bound += defaults[given:]
             stop = n if fill_all else max(given, nreq)
             for name, value in kwargs.items():
                 i = index.get(name, -1)
-                if i < given:
-                    check_keyword(name, given)  # raises the right TypeError
+                if i < given:  # unknown, positional-only, or given twice
+                    raise error(args, kwargs)
                 bound[i] = value
                 if i >= stop:
                     stop = i + 1
@@ -305,11 +310,11 @@ class _Binder:
                 return too_many(args, kwargs)
             for name in kwargs:
                 if index.get(name, -1) < given:
-                    check_keyword(name, given)
+                    raise error(args, kwargs)
             stop = n if fill_all else max([given, nreq] + [index[name] + 1 for name in kwargs])
             values = args + tuple([kwargs.get(name, value) for name, value in pairs[given:stop]])
             if given < nreq:
-                check_missing(given, kwargs)
+                check_missing(args, kwargs)
             return values
 
         return bind, bind_traceable
@@ -511,9 +516,13 @@ def _tensors_for_torch(ctx: Any, output: Any) -> Any:
     return tuple(output[i] for i in positions)
 
 
-def _reassemble(result: Any) -> Any:
-    """The whole output of the forward that just ran, with torch's tensors in their places."""
-    full = _slot.__dict__.pop("output", _MISSING)
+def _run_and_reassemble(run: Callable, args: tuple) -> Any:
+    """``run(*args)``, with the whole output of the forward that ran there, torch's tensors in
+    their places. The slot is emptied even when torch raises after forward returned."""
+    try:
+        result = run(*args)
+    finally:
+        full = _slot.__dict__.pop("output", _MISSING)
     if full is _MISSING:
         return result
     tensors = iter(result)
@@ -751,7 +760,7 @@ def _apply(
         def apply(*args: Any, **kwargs: Any) -> Any:
             if kwargs or not low <= len(args) <= high:
                 args = bind(args, kwargs)
-            return _reassemble(run(*args))
+            return _run_and_reassemble(run, args)
 
     elif traced is None and refuse is None and low == high:  # torch 1.9-1.12, fixed arity
 
