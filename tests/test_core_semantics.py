@@ -236,6 +236,9 @@ def test_non_tensor_outputs_keep_their_places_on_every_torch(device):
     assert a.grad_fn.seen == (False, None, False)  # None for the int, as torch >= 1.9 passes
     assert gradcheck(lambda t: WithCount.apply(t)[2], (double(3, device=device),))
     assert OnlyCount.apply(x) == [4]
+    log: list = []
+    assert recorder(lambda t: (5,), log).apply(x) == (5,) and log[-1][1] == (5,)
+    assert recorder(lambda t: None, log).apply(x) is None
 
 
 @compatfn.function

@@ -509,25 +509,18 @@ def _tensors_for_torch(ctx: Any, output: Any) -> Any:
             return output
         setattr(ctx, _LAYOUT, (positions, len(output)))
     else:  # one non-tensor output (a list counts: autograd never tracks one)
-        positions = ()
-        setattr(ctx, _LAYOUT, (positions, 1))
-        output = (output,)
+        setattr(ctx, _LAYOUT, ((), 1))
+        _slot.output = output
+        return ()
     _slot.output = output
     return tuple(output[i] for i in positions)
 
 
-def _run_and_reassemble(run: Callable, args: tuple) -> Any:
-    """``run(*args)``, with the whole output of the forward that ran there, torch's tensors in
-    their places. The slot is emptied even when torch raises after forward returned."""
-    try:
-        result = run(*args)
-    finally:
-        full = _slot.__dict__.pop("output", _MISSING)
-    if full is _MISSING:
-        return result
+def _reassemble(full: Any, result: tuple) -> Any:
+    """The whole output of the forward that just ran, with torch's tensors in their places."""
+    if not isinstance(full, tuple):
+        return full
     tensors = iter(result)
-    if not isinstance(full, tuple) or (len(full) == 1 and not isinstance(full[0], torch.Tensor)):
-        return full[0]
     return tuple(next(tensors) if isinstance(o, torch.Tensor) else o for o in full)
 
 
@@ -760,7 +753,16 @@ def _apply(
         def apply(*args: Any, **kwargs: Any) -> Any:
             if kwargs or not low <= len(args) <= high:
                 args = bind(args, kwargs)
-            return _run_and_reassemble(run, args)
+            try:
+                result = run(*args)
+            except BaseException:  # torch may raise after forward filled the slot
+                _slot.__dict__.pop("output", None)
+                raise
+            if result.__class__ is tuple:  # non-tensor outputs always come back as a tuple
+                full = _slot.__dict__.pop("output", _MISSING)
+                if full is not _MISSING:
+                    return _reassemble(full, result)
+            return result
 
     elif traced is None and refuse is None and low == high:  # torch 1.9-1.12, fixed arity
 
