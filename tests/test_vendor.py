@@ -213,7 +213,7 @@ def test_report_shows_a_torch_import_warning_as_one_line():
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     warned = [line for line in done.stdout.splitlines() if line.startswith("torch warned: ")]
-    assert len(warned) == 1 and "NumPy" in warned[0]
+    assert len([line for line in warned if "NumPy" in line]) == 1  # torch 1.10 adds another
 
 
 def core_needs_numpy() -> bool:
