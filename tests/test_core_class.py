@@ -351,10 +351,10 @@ def test_features_detected():
     assert isinstance(found["compile"], str)
     if not hasattr(torch, "compile"):
         assert found["compile"].startswith("unavailable")
-    # Measured: torch.export from 2.1, its strict= parameter (non-strict export) from 2.3.
-    expected_export = {(2, 1): "strict", (2, 2): "strict"}.get(core.TORCH_VERSION[:2])
-    if expected_export is None:
-        expected_export = "unavailable" if core.TORCH_VERSION < (2, 1) else "strict, non-strict"
+    # Measured: torch.export from 2.1, its strict= parameter (non-strict export) from 2.2.
+    expected_export = "strict" if core.TORCH_VERSION[:2] == (2, 1) else "strict, non-strict"
+    if core.TORCH_VERSION < (2, 1):
+        expected_export = "unavailable"
     assert found["export"] == expected_export
 
 

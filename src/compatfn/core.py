@@ -1459,7 +1459,7 @@ def _compile_support() -> str:
 
 
 def _export_support() -> str:
-    """``"strict, non-strict"``, ``"strict"`` (torch 2.1-2.2: no ``strict=`` parameter) or
+    """``"strict, non-strict"``, ``"strict"`` (torch 2.1: no ``strict=`` parameter) or
     ``"unavailable"`` (torch < 2.1)."""
     export = getattr(getattr(torch, "export", None), "export", None)
     if export is None:
