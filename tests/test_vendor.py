@@ -102,7 +102,9 @@ def test_vendor_command_writes_one_importable_file(tmp_path):
     text = dest.read_text()
     import compatfn
 
-    assert text.startswith(f"# Vendored from compatfn {compatfn.__version__}, module compatfn.core")
+    assert text.startswith(
+        f"# Vendored from compatfn {compatfn.__version__}, module compatfn.core."
+    )
     assert text.endswith(SOURCE)
     _exercise(_import_as(package, "throwaway_pkg._fn_compat"))
 
@@ -116,7 +118,10 @@ def test_vendored_header_carries_license_and_whole_api(tmp_path):
     for line in license_text.strip().splitlines():  # copyright line, conditions, disclaimer
         assert f"# {line}".rstrip() in header
     assert "Copyright (c)" in header and "THIS SOFTWARE IS PROVIDED" in header
-    assert f"# Public API: {', '.join(core.__all__)} (" in header
+    comment = " ".join(line[2:] for line in header.splitlines() if line.startswith("# "))
+    assert f"Public API: {', '.join(core.__all__)} (" in comment
+    prose = [line for line in header.splitlines() if "python -m compatfn vendor" not in line]
+    assert max(len(line) for line in prose) <= 88  # passes black's default line length
     assert "custom_fwd" in core.__all__ and "COMPATFN_LEGACY" in header
 
 

@@ -18,6 +18,7 @@ import ast
 import importlib.util
 import json
 import sys
+import textwrap
 import time
 import traceback
 import warnings
@@ -27,10 +28,10 @@ from typing import Any, Dict, List, Optional, Sequence
 import compatfn
 
 HEADER = """\
-# Vendored from compatfn {version}, module compatfn.core; do not edit. Regenerate it with
+{about}
 #     python -m compatfn vendor {dest} --force
-# Public API: {api} (see the docstrings below).
-# Every copy reads the environment variable COMPATFN_LEGACY (1 forces the legacy path).
+{api}
+{env}
 #
 {license}
 """
@@ -54,6 +55,11 @@ def public_api(source: str) -> List[str]:
         ):
             return [str(ast.literal_eval(element)) for element in node.value.elts]  # type: ignore[attr-defined]
     raise ValueError("the module defines no __all__")
+
+
+def _comment(text: str) -> str:
+    """``text`` as comment lines of at most 79 characters."""
+    return "\n".join("# " + line for line in textwrap.wrap(text, 77))
 
 
 def _license_comment() -> str:
@@ -81,9 +87,15 @@ def vendor(dest: Path, force: bool = False) -> Path:
         raise UsageError(f"{dest} exists; pass --force to overwrite it")
     source = _core_path().read_text(encoding="utf-8")
     header = HEADER.format(
-        version=compatfn.__version__,
         dest=dest.as_posix(),
-        api=", ".join(public_api(source)),
+        about=_comment(
+            f"Vendored from compatfn {compatfn.__version__}, module compatfn.core. Do not edit; "
+            "regenerate:"
+        ),
+        api=_comment(f"Public API: {', '.join(public_api(source))} (see the docstrings below)."),
+        env=_comment(
+            "Every copy reads the environment variable COMPATFN_LEGACY (1 forces the legacy path)."
+        ),
         license=_license_comment(),
     )
     dest.parent.mkdir(parents=True, exist_ok=True)
