@@ -260,3 +260,15 @@ def test_report_json_and_failing_selfcheck(capsys, monkeypatch):
     assert cli.main([]) == 1  # a failing self-check is a non-zero exit
     out = capsys.readouterr().out
     assert "FAIL" in out and "0 passed" in out
+
+
+def test_package_imports_torch_only_when_its_api_is_used():
+    code = (
+        "import sys, compatfn\n"
+        "assert 'torch' not in sys.modules and compatfn.__version__\n"
+        "assert compatfn.core.TORCH_VERSION and 'torch' in sys.modules\n"
+        "from compatfn import function, custom_fwd\n"
+        "assert sorted(set(dir(compatfn)) & set(compatfn.__all__)) == sorted(compatfn.__all__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

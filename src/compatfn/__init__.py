@@ -22,6 +22,7 @@ Example::
     Square.apply(torch.ones(3, requires_grad=True))  # torch 1.8 ... newest
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -52,10 +53,9 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from compatfn import core
-
-        return getattr(core, name)
+    if name in __all__ or name == "core":
+        core = importlib.import_module("compatfn.core")  # also sets compatfn.core
+        return core if name == "core" else getattr(core, name)
     raise AttributeError(f"module 'compatfn' has no attribute {name!r}")
 
 
