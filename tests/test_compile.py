@@ -107,3 +107,20 @@ def test_direct_apply_call_with_keywords(legacy):
 def test_inductor():
     clip = compatfn.functional(make_clip())
     check(lambda t: clip(t, clip=0.5) * 2, backend="inductor")
+
+
+@pytest.mark.parametrize("legacy", [None, True], ids=["default-path", "legacy-forced"])
+def test_inputs_without_grad(legacy):
+    """torch 2.4-2.5 dynamo calls a setup_context-style forward with a ctx when no input requires
+    grad (pytorch #133529): the paths compatfn runs under dynamo trace the legacy-form twin."""
+    import torch._dynamo
+
+    fn = make_clip(legacy)
+    x = torch.randn(16)
+    for compiled, call in (
+        (compatfn.functional(fn), lambda f: f(x, clip=0.5)),
+        (fn.apply, lambda f: f(x, 0.5)),
+    ):
+        torch._dynamo.reset()
+        y = call(torch.compile(compiled, backend="aot_eager", fullgraph=True))
+        torch.testing.assert_close(y, x.clamp(0, 0.5))

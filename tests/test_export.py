@@ -2,7 +2,8 @@
 
 The promise: wherever this torch exports a hand-written legacy Function of the same math (the
 baseline, tried first in each test), it exports the decorated one too, with equal results,
-keyword arguments included, through a direct ``Fn.apply(...)`` and through ``functional(Fn)``.
+keyword arguments included, through ``Fn.apply`` held by the module and through ``functional(Fn)``;
+a class named at the call site exports wherever torch exports its style.
 (Unlike torch.compile on torch 2.1-2.3, export traces without autograd, so dynamo's rejection of
 setup_context-style Functions there, pytorch #118397, does not apply.)
 """
@@ -31,6 +32,24 @@ class HandWritten(torch.autograd.Function):
     def forward(ctx, x, clip=1.0):
         ctx.save_for_backward((x > 0) & (x < clip))
         return x.clamp(0, clip)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (mask,) = ctx.saved_tensors
+        return grad * mask, None
+
+
+class UndecoratedNoCtx(torch.autograd.Function):
+    """The same math in the setup_context style, without compatfn."""
+
+    @staticmethod
+    def forward(x, clip=1.0):
+        return x.clamp(0, clip)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, clip = inputs
+        ctx.save_for_backward((x > 0) & (x < clip))
 
     @staticmethod
     def backward(ctx, grad):
@@ -80,6 +99,17 @@ def _export(module: torch.nn.Module, x: torch.Tensor, mode: str):
     return export.export(module, (x,), strict=False)
 
 
+class Direct(torch.nn.Module):
+    """Names the class at the call site, ``Fn.apply(x, 0.5)``: dynamo intercepts the call."""
+
+    def __init__(self, cls) -> None:
+        super().__init__()
+        self.cls = cls
+
+    def forward(self, x):
+        return self.cls.apply(x, 0.5) * 2
+
+
 def _baseline_exports(keywords: bool, mode: str, weighted: bool) -> None:
     try:
         _export(Calls(HandWritten.apply, keywords, weighted), torch.randn(8), mode)
@@ -88,8 +118,11 @@ def _baseline_exports(keywords: bool, mode: str, weighted: bool) -> None:
 
 
 def _check(op, keywords: bool, mode: str, weighted: bool) -> None:
+    _check_module(Calls(op, keywords, weighted), mode)
+
+
+def _check_module(module: torch.nn.Module, mode: str) -> None:
     x = torch.randn(8)
-    module = Calls(op, keywords, weighted)
     program = _export(module, x, mode)
     for sample in (x, torch.randn(8)):
         assert torch.equal(program.module()(sample), module(sample))
@@ -114,3 +147,23 @@ def test_direct_apply_exports(mode, keywords, legacy, weighted):
 def test_functional_exports(mode, keywords, legacy, weighted):
     _baseline_exports(False, mode, weighted)  # functional binds keywords itself
     _check(compatfn.functional(make_clip(legacy)), keywords, mode, weighted)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("legacy", [None, True], ids=["default-path", "legacy-forced"])
+def test_class_named_at_the_call_site_exports_as_torch_does(mode, legacy):
+    """Dynamo intercepts ``Fn.apply`` before compatfn runs: the decorated class exports wherever
+    torch exports its style (torch 2.4-2.5 reject a setup_context-style class whose inputs need no
+    grad, pytorch #133529; a legacy-form class, as with ``legacy=True``, always exports)."""
+    _baseline_exports(False, mode, False)
+    fn = make_clip(legacy)
+    try:
+        _export(Direct(UndecoratedNoCtx), torch.randn(8), mode)
+        torch_exports_the_style = True
+    except Exception:
+        torch_exports_the_style = False
+    if torch_exports_the_style or compatfn.mode(fn) == "legacy":
+        _check_module(Direct(fn), mode)
+    else:
+        with pytest.raises(Exception, match="too many positional arguments"):
+            _check_module(Direct(fn), mode)

@@ -151,6 +151,16 @@ _is_compiling: Callable[[], bool] = getattr(
     "is_compiling",
     getattr(getattr(torch, "_utils", None), "is_compiling", lambda: False),
 )
+# NOTE: [dynamo traces the legacy-form twin]
+# Where dynamo mishandles setup_context-style Functions, the code paths dynamo runs itself
+# (``torch.compile(Fn.apply)``, ``functional(Fn)``, an ``apply`` stored as an attribute) hand it the
+# class's legacy-form twin instead, which every dynamo traces: torch 2.1-2.3 reject the style ("NYI -
+# autograd.Function with custom setup_context method", https://github.com/pytorch/pytorch/issues/118397);
+# torch 2.4-2.5 call its forward with a ctx when no input requires grad ("ArgsMismatchError: too many
+# positional arguments", https://github.com/pytorch/pytorch/issues/133529, fixed for 2.6 by
+# https://github.com/pytorch/pytorch/pull/137809). A direct ``Fn.apply(...)`` in compiled code is
+# intercepted by dynamo before this module runs, so those torch bugs stay there.
+DYNAMO_NEEDS_LEGACY_FORM = HAS_SETUP_CONTEXT and TORCH_VERSION < (2, 6)
 # torch >= 2.3: true only while dynamo traces. is_compiling() is also true while non-strict
 # torch.export runs the module's Python code for real, where ``Fn.apply`` is not intercepted and
 # must run as in eager mode.
@@ -991,18 +1001,17 @@ def _install_setup_context_style(cls: Any, info: _Info, forward: Callable) -> No
         if not hasattr(cls._backward_cls, "save_for_forward"):
             info.originals.setdefault("jvp", cls.__dict__.get("jvp", _MISSING))
             _accept_save_for_forward(cls)
-    elif _C_APPLY_BINDS or TORCH_VERSION < (2, 4):
+    elif _C_APPLY_BINDS or DYNAMO_NEEDS_LEGACY_FORM:
         info.twin = _make_twin(cls, forward, setup_context)
 
 
 def _build_apply(cls: Any, info: _Info) -> Callable:
     name, binder, mode, style = cls.__qualname__, info.binder, info.mode, info.style
     # What dynamo should trace when it runs ``apply`` itself (torch >= 2.0): the class, which it
-    # intercepts, or on torch 2.1-2.3 the legacy-form twin, since dynamo rejects setup_context
-    # there ("NYI - autograd.Function with custom setup_context method", pytorch #118397).
+    # intercepts, or the legacy-form twin (see NOTE: [dynamo traces the legacy-form twin]).
     traced = None
     if HAS_SETUP_CONTEXT:
-        traced = info.twin if mode == "native" and TORCH_VERSION < (2, 4) else cls
+        traced = info.twin if mode == "native" and DYNAMO_NEEDS_LEGACY_FORM else cls
     info.traced = traced
     torch_apply = _TORCH_APPLY.__get__(None, cls)
     if mode == "legacy":
