@@ -153,13 +153,15 @@ _is_compiling: Callable[[], bool] = getattr(
 )
 # NOTE: [dynamo traces the legacy-form twin]
 # Where dynamo mishandles setup_context-style Functions, the code paths dynamo runs itself
-# (``torch.compile(Fn.apply)``, ``functional(Fn)``, an ``apply`` stored as an attribute) hand it the
-# class's legacy-form twin instead, which every dynamo traces: torch 2.1-2.3 reject the style ("NYI -
-# autograd.Function with custom setup_context method", https://github.com/pytorch/pytorch/issues/118397);
-# torch 2.4-2.5 call its forward with a ctx when no input requires grad ("ArgsMismatchError: too many
-# positional arguments", https://github.com/pytorch/pytorch/issues/133529, fixed for 2.6 by
-# https://github.com/pytorch/pytorch/pull/137809). A direct ``Fn.apply(...)`` in compiled code is
-# intercepted by dynamo before this module runs, so those torch bugs stay there.
+# (``torch.compile(Fn.apply)``, ``functional(Fn)``, an ``apply`` stored as an attribute) hand it
+# the class's legacy-form twin instead, which every dynamo traces:
+# - torch 2.1-2.3 reject the style ("NYI - autograd.Function with custom setup_context method"):
+#   https://github.com/pytorch/pytorch/issues/118397
+# - torch 2.4-2.5 call its forward with a ctx when no input requires grad ("ArgsMismatchError:
+#   too many positional arguments"): https://github.com/pytorch/pytorch/issues/133529, fixed for
+#   2.6 by https://github.com/pytorch/pytorch/pull/137809
+# A direct ``Fn.apply(...)`` in compiled code is intercepted by dynamo before this module runs, so
+# those torch bugs stay there.
 DYNAMO_NEEDS_LEGACY_FORM = HAS_SETUP_CONTEXT and TORCH_VERSION < (2, 6)
 # torch >= 2.3: true only while dynamo traces. is_compiling() is also true while non-strict
 # torch.export runs the module's Python code for real, where ``Fn.apply`` is not intercepted and
