@@ -40,7 +40,7 @@ How it works. Everything is decided once, when a class is decorated:
 * Classes already written in the legacy ``forward(ctx, *args)`` form are left as they are, apart
   from an ``apply`` that also takes keyword arguments.
 * When forward has defaulted parameters, backward is wrapped to pad missing trailing gradients
-  with None (see ``_pad_gradients``).
+  with None (see ``_complete_gradients``).
 """
 
 from __future__ import annotations
@@ -465,22 +465,33 @@ def _info(cls: Any) -> _Info:
 # --- the adapter -------------------------------------------------------------------------------
 
 
-def _pad_gradients(cls: type, backward: Callable, binder: _Binder) -> Callable:
-    """Wrap backward so a missing trailing gradient becomes None where no gradient is needed.
+def _complete_gradients(cls: type, backward: Callable, binder: _Binder, expand: bool) -> Callable:
+    """Wrap backward (one frame) to pad missing trailing gradients and, with ``expand`` (torch
+    1.8), to receive one gradient per output of forward.
 
-    ``inputs`` always holds every parameter, defaults included, and torch expects one gradient per
-    input (every torch checks the count against the inputs given). The adapter behaves the same on
-    every torch: it pads with None, or raises naming the parameter when that input requires grad
-    (checked in eager mode; dynamo cannot read needs_input_grad on torch 2.1-2.3, so a compiled
-    backward pads without the check).
+    Padding: ``inputs`` always holds every parameter, defaults included, and torch expects one
+    gradient per input (every torch checks the count against the inputs given). The adapter
+    behaves the same on every torch: it pads with None, or raises naming the parameter when that
+    input requires grad (checked in eager mode; dynamo cannot read needs_input_grad on torch
+    2.1-2.3, so a compiled backward pads without the check). Expansion: see NOTE: [non-tensor
+    outputs on torch 1.8]. Returns ``backward`` itself when there is nothing to do.
     """
     names, size, varargs = binder.names, binder.size, binder.varargs
+    pad = size > 1 or varargs
+    if not pad and not expand:
+        return backward
 
     @functools.wraps(backward)
-    def padded(ctx: Any, *grads: Any) -> Any:
+    def completed(ctx: Any, *grads: Any) -> Any:
+        if expand:
+            layout = getattr(ctx, _LAYOUT, None)
+            if layout is not None:
+                grads = _gradients_in_place(grads, layout)
         # Spelled (ctx,) + grads: dynamo 2.1 fails on backward(ctx, *grads) ("unexpected keyword
         # argument 'proxy'" while cloning the ctx variable).
         result = backward(*((ctx,) + grads))  # noqa: RUF005
+        if not pad:
+            return result
         count = len(result) if isinstance(result, tuple) else 1
         total = len(ctx.needs_input_grad) if varargs else size
         if count >= total:
@@ -499,7 +510,7 @@ def _pad_gradients(cls: type, backward: Callable, binder: _Binder) -> Callable:
                     )
         return result + (None,) * (total - count)
 
-    return padded
+    return completed
 
 
 # NOTE: [non-tensor outputs on torch 1.8]
@@ -536,21 +547,13 @@ def _reassemble(full: Any, result: tuple) -> Any:
     return tuple(next(tensors) if isinstance(o, torch.Tensor) else o for o in full)
 
 
-def _expand_gradients(backward: Callable) -> Callable:
-    """Wrap backward to receive one gradient per output, None for non-tensor outputs (torch 1.8)."""
-
-    @functools.wraps(backward)
-    def expanded(ctx: Any, *grads: Any) -> Any:
-        layout = getattr(ctx, _LAYOUT, None)
-        if layout is not None:
-            positions, count = layout
-            full: list = [None] * count
-            for i, grad in zip(positions, grads):
-                full[i] = grad
-            grads = tuple(full)
-        return backward(*((ctx,) + grads))  # noqa: RUF005
-
-    return expanded
+def _gradients_in_place(grads: tuple, layout: Tuple[tuple, int]) -> tuple:
+    """torch 1.8's gradients of the tensor outputs, spread over all outputs (None elsewhere)."""
+    positions, count = layout
+    full: list = [None] * count
+    for i, grad in zip(positions, grads):
+        full[i] = grad
+    return tuple(full)
 
 
 def _fresh_name(base: str, taken: set) -> str:
@@ -584,14 +587,23 @@ def _legacy_forward(forward: Callable, setup_context: Callable, finish: Any = No
         if i == last_posonly:
             header.append("/")
     call, inputs = ", ".join(names), ("(" + ", ".join(names) + ",)") if names else "()"
-    returned = f"{finisher}({ctx}, {output})" if finish is not None else output
+    tensor = _fresh_name("Tensor", taken)
     source = (
         f"def {adapter}({', '.join(header)}):\n"
         f"    {output} = {user_forward}({call})\n"
         f"    {user_setup_context}({ctx}, {inputs}, {output})\n"
-        f"    return {returned}\n"
     )
-    namespace = {user_forward: forward, user_setup_context: setup_context, finisher: finish}
+    if finish is not None:  # one tensor, the usual output, needs no call
+        source += f"    if isinstance({output}, {tensor}):\n        return {output}\n"
+        source += f"    return {finisher}({ctx}, {output})\n"
+    else:
+        source += f"    return {output}\n"
+    namespace = {
+        user_forward: forward,
+        user_setup_context: setup_context,
+        finisher: finish,
+        tensor: torch.Tensor,
+    }
     filename = f"<legacy form of {getattr(forward, '__qualname__', 'forward')}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), namespace)
@@ -761,9 +773,10 @@ def _apply(
     high = binder.size if binder.fill_all and not binder.varargs else sys.maxsize
 
     if reassemble:  # torch 1.8, setup_context style
+        fixed = low == high
 
         def apply(*args: Any, **kwargs: Any) -> Any:
-            if kwargs or not low <= len(args) <= high:
+            if kwargs or (len(args) != low if fixed else not low <= len(args) <= high):
                 args = bind(args, kwargs)
             try:
                 result = run(*args)
@@ -987,10 +1000,7 @@ def _install_setup_context_style(cls: Any, info: _Info, forward: Callable) -> No
     user_name = "backward" if _defined(cls, "backward") else "vjp"
     backward = getattr(cls, user_name)
     expand = info.mode == "legacy" and not _non_tensor_outputs()
-    if expand:
-        backward = _expand_gradients(backward)
-    if binder.size > 1 or binder.varargs:
-        backward = _pad_gradients(cls, backward, binder)
+    backward = _complete_gradients(cls, backward, binder, expand)
     # Wrap whichever of backward / vjp (its alias, torch >= 1.9) the class defines.
     target = user_name if hasattr(_Function, "vjp") else "backward"  # torch 1.8: no vjp alias
     if backward is not getattr(cls, target):
