@@ -34,13 +34,15 @@ How it works. Everything is decided once, when a class is decorated:
   bound tuple goes to the legacy-form twin below, which runs forward and setup_context the same
   way). Under torch.func transforms it delegates to torch's own ``apply``; torch.compile
   intercepts ``Fn.apply`` before it runs.
-* torch 1.x, ``legacy=True`` or ``COMPATFN_LEGACY=1`` ("legacy" mode): ``apply`` runs a twin, a
-  subclass whose ``forward(ctx, *args)`` calls your ``forward(*args)`` and then your
-  ``setup_context(ctx, args, output)``: the form torch 1.x understands.
+* torch 1.x, ``legacy=True`` or ``COMPATFN_LEGACY=1`` ("legacy" mode): the class itself takes the
+  legacy form, a ``forward(ctx, <your parameters>)`` that calls your ``forward`` and then your
+  ``setup_context(ctx, inputs, output)``: the form torch 1.x understands.
 * Classes already written in the legacy ``forward(ctx, *args)`` form are left as they are, apart
   from an ``apply`` that also takes keyword arguments.
-* When forward has defaulted parameters, backward is wrapped to pad missing trailing gradients
+* When forward has more than one parameter, backward is wrapped to pad missing trailing gradients
   with None (see ``_complete_gradients``).
+* Decoration keeps what it replaced on the class, so subclasses build on your methods (see
+  ``_user_attribute``).
 """
 
 from __future__ import annotations
@@ -335,9 +337,6 @@ class _Binder:
 # --- decoration-time checks --------------------------------------------------------------------
 
 _METHODS = ("forward", "setup_context", "backward", "vjp", "jvp", "vmap")
-# Every attribute decoration may set on a class: the record keeps what the class held before, so a
-# subclass always builds on the user's own methods, never on an adapter (see _user_attribute).
-_SET_BY_DECORATION = (*_METHODS, "apply", "__init_subclass__")
 
 
 def _fail(cls_name: str, problem: str, fix: str) -> TypeError:
@@ -376,7 +375,7 @@ def _check_method_kind(cls: type, name: str, attr: Any, legacy_form: bool) -> No
             cls.__qualname__,
             f"{name} is a @classmethod; the setup_context style needs @staticmethod methods, "
             "since the adapter runs them from a legacy-form copy of the class (torch 1.x, "
-            f"torch.compile on torch < 2.4), where cls would not be {cls.__name__}",
+            f"torch.compile on torch < 2.6), where cls would not be {cls.__name__}",
             f"Make {name} a @staticmethod and name the class where it needs it, or keep the "
             f"legacy form forward(cls, ctx, ...) without setup_context.",
         )
@@ -789,7 +788,7 @@ def _apply(
                     return _reassemble(full, result)
             return result
 
-    elif traced is None and refuse is None and low == high:  # torch 1.9-1.12, fixed arity
+    elif traced is None and refuse is None and low == high:  # torch 1.x, fixed arity
 
         def apply(*args: Any, **kwargs: Any) -> Any:
             if kwargs or len(args) != low:
