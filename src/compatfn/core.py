@@ -487,8 +487,16 @@ def _user_attribute(cls: type, name: str) -> Any:
     return _MISSING
 
 
-def _defined(cls: type, name: str) -> bool:
-    """True when the user's code between ``cls`` and torch's own classes defines ``name``."""
+def defines(cls: type, name: str) -> bool:
+    """True when the user's code between ``cls`` and torch's own classes defines ``name``.
+
+    Methods that decoration installed do not count; those the user wrote before it do.
+
+    Example::
+
+        defines(ClippedReLU, "setup_context")  # True
+        defines(ClippedReLU, "jvp")  # False: only torch's base class has one
+    """
     return _user_attribute(cls, name) is not _MISSING
 
 
@@ -763,7 +771,7 @@ def _accept_save_for_forward(cls: type) -> None:
         self._saved_for_forward_needs_torch_1_11 = True
 
     backward_cls.save_for_forward = save_for_forward
-    if not _defined(cls, "jvp"):
+    if not defines(cls, "jvp"):
         return
     user_jvp, name = cls.jvp, cls.__qualname__  # type: ignore[attr-defined]
 
@@ -1119,7 +1127,7 @@ def _decorate(cls: Any, legacy: Optional[bool]) -> Any:
 def _install_setup_context_style(cls: Any, info: _Info, forward: Callable) -> None:
     """Complete backward's gradients; give the class (legacy mode) or a twin the legacy form."""
     binder = info.binder
-    user_name = "backward" if _defined(cls, "backward") else "vjp"
+    user_name = "backward" if defines(cls, "backward") else "vjp"
     backward = getattr(cls, user_name)
     expand = info.mode == "legacy" and not non_tensor_outputs()
     backward = _complete_gradients(cls, backward, binder, expand)
