@@ -66,35 +66,43 @@ _threshold_backward = torch.ops.aten.threshold_backward
 # --------------------------------------------------------------------------- kernels
 
 
-def _threshold(x: torch.Tensor) -> torch.Tensor:
-    """``torch.threshold(x, 0, 0)``: ReLU with ``+0.0`` for ``-0.0`` on every torch."""
+def _in_float32_where_missing(
+    op: Callable[..., torch.Tensor], x: torch.Tensor, *args: Any, inplace: bool = False
+) -> Any:
+    """``op(x, *args)``; where torch has no kernel for ``x``'s dtype (float16 on CPU before torch
+    2.1, bfloat16 ReLU on 1.8), ``op`` on float32 copies of the tensors, rounded back (into ``x``
+    for an ``inplace`` op).
+
+    Exact for these piecewise-linear functions: the float32 result is one of the inputs' values, 0
+    or a bound, and rounding a bound to ``x.dtype`` is what the native kernel does with it.
+
+    Example::
+
+        _in_float32_where_missing(torch.threshold, torch.ones(2, dtype=torch.half), 0.0, 0.0)
+    """
     try:
-        return torch.threshold(x, 0.0, 0.0)
-    except RuntimeError:  # e.g. "threshold_cpu" not implemented for 'Half' (torch < 2.1 CPU)
+        return op(x, *args)
+    except RuntimeError:  # e.g. "threshold_cpu" not implemented for 'Half'
         if x.dtype not in _LOW_PRECISION:
             raise
-        return torch.threshold(x.float(), 0.0, 0.0).to(x.dtype)
+        wide = [a.float() if isinstance(a, torch.Tensor) else a for a in args]
+        result = op(x.float(), *wide)
+        return x.copy_(result) if inplace else result.to(x.dtype)
+
+
+def _threshold(x: torch.Tensor) -> torch.Tensor:
+    """``torch.threshold(x, 0, 0)``: ReLU with ``+0.0`` for ``-0.0`` on every torch."""
+    return _in_float32_where_missing(torch.threshold, x, 0.0, 0.0)
 
 
 def _threshold_(x: torch.Tensor) -> torch.Tensor:
-    """In-place :func:`_threshold`."""
-    try:
-        return torch.threshold_(x, 0.0, 0.0)
-    except RuntimeError:
-        if x.dtype not in _LOW_PRECISION:
-            raise
-        return x.copy_(torch.threshold(x.float(), 0.0, 0.0))
+    """In-place :func:`_threshold`: returns ``x``, overwritten."""
+    return _in_float32_where_missing(torch.threshold_, x, 0.0, 0.0, inplace=True)
 
 
 def _clamp(x: torch.Tensor, clip: float) -> torch.Tensor:
-    try:
-        return x.clamp(0.0, clip)
-    except RuntimeError:  # "clamp_cpu" not implemented for 'Half' (torch < 2.1 CPU)
-        if x.dtype not in _LOW_PRECISION:
-            raise
-        # Exact: the float32 result is one of x, 0, clip, and rounding clip to x.dtype is what
-        # the native kernel does with its scalar bound.
-        return x.float().clamp(0.0, clip).to(x.dtype)
+    """``x.clamp(0, clip)``."""
+    return _in_float32_where_missing(torch.clamp, x, 0.0, clip)
 
 
 def _out_variant_ok() -> bool:
@@ -116,16 +124,22 @@ def _select(grad: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     ``threshold_backward`` is torch's own fused ReLU-backward kernel: a single same-dtype pass,
     and a select, not a multiply (``0 * inf`` would be NaN).
     """
-    try:
-        if _HAS_OUT and _out_variant_ok() and keep.is_contiguous():
-            # Reuse the scratch buffer for the result: one fresh allocation fewer (on CPU a
-            # fresh 64 MiB tensor costs as much in page faults as the kernel itself).
-            return _threshold_backward.grad_input(grad, keep, 0, grad_input=keep)
-        return _threshold_backward(grad, keep, 0)
-    except RuntimeError:
-        if grad.dtype not in _LOW_PRECISION:
-            raise
-        return _threshold_backward(grad.float(), keep.float(), 0).to(grad.dtype)
+    return _in_float32_where_missing(_threshold_backward_into, grad, keep)
+
+
+def _threshold_backward_into(grad: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """``threshold_backward(grad, keep, 0)``, written into ``keep`` where that is allowed."""
+    if _HAS_OUT and _out_variant_ok() and keep.is_contiguous():
+        # Reuse the scratch buffer for the result: one fresh allocation fewer (on CPU a fresh
+        # 64 MiB tensor costs as much in page faults as the kernel itself).
+        return _threshold_backward.grad_input(grad, keep, 0, grad_input=keep)
+    return _threshold_backward(grad, keep, 0)
+
+
+def _grad_where_output_positive(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+    """The backward of ReLU and InplaceReLU: ``grad`` where the saved output is nonzero, else 0."""
+    (y,) = ctx.saved_tensors
+    return _in_float32_where_missing(_threshold_backward, grad, y, 0)
 
 
 def _transforms_active() -> bool:
@@ -251,15 +265,7 @@ class ReLU(torch.autograd.Function):
     def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: torch.Tensor) -> None:
         ctx.save_for_backward(output)
 
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        (y,) = ctx.saved_tensors
-        try:
-            return _threshold_backward(grad, y, 0)
-        except RuntimeError:
-            if grad.dtype not in _LOW_PRECISION:
-                raise
-            return _threshold_backward(grad.float(), y.float(), 0).to(grad.dtype)
+    backward = staticmethod(_grad_where_output_positive)
 
 
 @compatfn.function
@@ -356,15 +362,7 @@ class InplaceReLU(torch.autograd.Function):
         ctx.mark_dirty(x)
         ctx.save_for_backward(output)  # the overwritten input *is* the output: no extra memory
 
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        (y,) = ctx.saved_tensors
-        try:
-            return _threshold_backward(grad, y, 0)
-        except RuntimeError:
-            if grad.dtype not in _LOW_PRECISION:
-                raise
-            return _threshold_backward(grad.float(), y.float(), 0).to(grad.dtype)
+    backward = staticmethod(_grad_where_output_positive)
 
 
 @compatfn.function
