@@ -272,5 +272,35 @@ def test_package_imports_torch_only_when_its_api_is_used():
         "from compatfn import function, custom_fwd\n"
         "assert sorted(set(dir(compatfn)) & set(compatfn.__all__)) == sorted(compatfn.__all__)\n"
     )
+    code = (
+        "import sys, compatfn\n"
+        "assert 'function' in compatfn.__all__ and 'function' in dir(compatfn)\n"
+        "assert 'torch' not in sys.modules\n"
+    ) + code
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_package_exports_exactly_the_public_modules_names():
+    """``compatfn.__all__`` is ``__version__`` plus core's ``__all__``, each name core's object."""
+    import compatfn
+
+    assert compatfn.__all__ == ["__version__", *core.__all__]
+    for name in core.__all__:
+        assert getattr(compatfn, name) is getattr(core, name)
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        compatfn.nothing_here  # noqa: B018
+
+
+def test_type_checkers_see_every_public_name():
+    """The ``TYPE_CHECKING`` imports in ``__init__`` (what mypy reads) list every public name."""
+    import compatfn
+
+    tree = ast.parse(Path(compatfn.__file__).read_text(encoding="utf-8"))
+    seen = [
+        alias.asname
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("compatfn.")
+        for alias in node.names
+    ]
+    assert sorted(seen) == sorted(compatfn.__all__[1:])

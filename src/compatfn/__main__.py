@@ -14,8 +14,6 @@ never imports torch.
 from __future__ import annotations
 
 import argparse
-import ast
-import importlib.util
 import json
 import sys
 import textwrap
@@ -26,6 +24,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 import compatfn
+from compatfn import _exports
 
 HEADER = """\
 {about}
@@ -39,22 +38,6 @@ HEADER = """\
 
 class UsageError(Exception):
     """A mistake in how the command was called: reported in one line, exit status 2."""
-
-
-def _core_path() -> Path:
-    spec = importlib.util.find_spec("compatfn.core")  # finds the file without importing torch
-    assert spec is not None and spec.origin is not None
-    return Path(spec.origin)
-
-
-def public_api(source: str) -> List[str]:
-    """The names in the ``__all__`` list of a module's source, read without importing it."""
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
-        ):
-            return [str(ast.literal_eval(element)) for element in node.value.elts]  # type: ignore[attr-defined]
-    raise ValueError("the module defines no __all__")
 
 
 def _comment(text: str) -> str:
@@ -85,14 +68,16 @@ def vendor(dest: Path, force: bool = False) -> Path:
         raise UsageError(f"{dest} is not a .py file; name a module, e.g. _autograd_compat.py")
     if dest.exists() and not force:
         raise UsageError(f"{dest} exists; pass --force to overwrite it")
-    source = _core_path().read_text(encoding="utf-8")
+    source = _exports.module_source("compatfn.core")  # read, not imported: no torch
     header = HEADER.format(
         dest=dest.as_posix(),
         about=_comment(
             f"Vendored from compatfn {compatfn.__version__}, module compatfn.core. Do not edit; "
             "regenerate:"
         ),
-        api=_comment(f"Public API: {', '.join(public_api(source))} (see the docstrings below)."),
+        api=_comment(
+            f"Public API: {', '.join(_exports.names_in_all(source))} (see the docstrings below)."
+        ),
         env=_comment(
             "Every copy reads the environment variable COMPATFN_LEGACY (1 forces the legacy path)."
         ),

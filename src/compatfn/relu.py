@@ -38,7 +38,7 @@ from typing import Any, Callable, Optional, Tuple
 import torch
 
 import compatfn
-from compatfn.core import is_compiling as _is_compiling
+from compatfn.core import TORCH_VERSION, is_compiling, transforms_active
 
 __all__ = [
     "BitReLU",
@@ -59,7 +59,6 @@ __all__ = [
 ]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
-_TORCH = tuple(int(p) for p in str(torch.__version__).split("+")[0].split(".")[:2])
 _threshold_backward = torch.ops.aten.threshold_backward
 
 
@@ -112,7 +111,7 @@ def _out_variant_ok() -> bool:
     torch.compile traces: there the out-of-place op is the one that composes.
     """
     # is_compiling first: dynamo cannot trace the transforms check (a C call returning a bool).
-    return not (torch.is_grad_enabled() or _is_compiling() or _transforms_active())
+    return not (torch.is_grad_enabled() or is_compiling() or transforms_active())
 
 
 _HAS_OUT = hasattr(_threshold_backward, "grad_input")  # aten overloads: torch >= 1.10 or so
@@ -142,15 +141,10 @@ def _grad_where_output_positive(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
     return _in_float32_where_missing(_threshold_backward, grad, y, 0)
 
 
-def _transforms_active() -> bool:
-    active = getattr(torch._C, "_are_functorch_transforms_active", None)
-    return active is not None and bool(active())
-
-
 def _masked_grad(grad: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``grad`` where the bool ``mask`` is set, else 0."""
     # torch 2.0's vmap has no batching rule for view(dtype); dynamo (2.1) cannot trace the check.
-    if _is_compiling() or not _transforms_active():
+    if is_compiling() or not transforms_active():
         # uint8 -> float converts about 1.5x faster than bool -> float on CPU; the view is free.
         mask = mask.view(torch.uint8)
     return _select(grad, mask.to(grad.dtype))
@@ -189,7 +183,7 @@ def _not_tracing() -> bool:
 # outside dynamo, where ``is_compiling()`` is False but ``torch.fx`` reports the trace. (Newer
 # torch traces it with dynamo only, and warns on ``is_fx_tracing``: not consulted there.)
 _fx_tracing: Callable[[], bool] = _not_tracing
-if (2, 1) <= _TORCH < (2, 3):
+if (2, 1) <= TORCH_VERSION < (2, 3):
     import torch.fx
 
     _fx_tracing = torch.fx._symbolic_trace.is_fx_tracing
@@ -197,7 +191,7 @@ if (2, 1) <= _TORCH < (2, 3):
 
 def _tracing() -> bool:
     """Whether torch is tracing this code (dynamo, or make_fx on torch 2.1-2.2)."""
-    return _is_compiling() or _fx_tracing()
+    return is_compiling() or _fx_tracing()
 
 
 def _bit_weights(device: torch.device) -> torch.Tensor:
