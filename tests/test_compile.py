@@ -20,9 +20,11 @@ import compatfn
 from compatfn import core
 
 SUPPORT = compatfn.features()["compile"]
-pytestmark = pytest.mark.skipif(SUPPORT.startswith("unavailable"), reason=SUPPORT)
+pytestmark = pytest.mark.skipif(
+    SUPPORT == "unavailable", reason=core.dynamo_unsupported() or "no torch.compile"
+)
 # pytorch #118397: dynamo traces setup_context-style Functions from torch 2.4 on.
-DIRECT_APPLY = core.TORCH_VERSION >= (2, 4)
+DIRECT_APPLY = core.COMPILES_SETUP_CONTEXT
 
 
 def make_clip(legacy=None):
@@ -58,10 +60,8 @@ def check(fn, backend="aot_eager"):
 
 
 def test_features_report_compile_support():
-    if DIRECT_APPLY:
-        assert SUPPORT.startswith("native")
-    else:
-        assert SUPPORT.startswith("functional")
+    measured = "native" if core.TORCH_VERSION >= (2, 4) else "functional"
+    assert measured == SUPPORT
 
 
 @pytest.mark.parametrize("legacy", [None, True])

@@ -264,6 +264,34 @@ def test_report_json_and_failing_selfcheck(capsys, monkeypatch):
     assert "FAIL" in out and "0 passed" in out
 
 
+def test_selfcheck_is_check_function_on_the_reference_suite(monkeypatch):
+    from compatfn import __main__ as cli
+    from compatfn import testing
+
+    seen = []
+
+    def recording(fn, *inputs, kwargs=None, checks=None, **options):
+        seen.append((fn.__name__, kwargs, tuple(checks)))
+        return testing.CheckReport(fn.__name__, str(torch.__version__))
+
+    monkeypatch.setattr(testing, "check_function", recording)
+    rows = cli.selfcheck()
+    assert rows and all(row["ok"] for row in rows)
+    names = [cls.__name__ for cls, _ in cli._selfcheck_cases()]
+    assert [name for name, _, _ in seen][: len(names)] == names
+    assert ("ClippedReLU", {"clip": 1.0}, cli.SELFCHECKS) in seen
+
+
+@pytest.mark.parametrize("value", ["native", "functional", "unavailable"])
+def test_report_explains_every_compile_and_export_value(value):
+    from compatfn import __main__ as cli
+
+    for export in [(), ("strict",), ("strict", "non-strict")]:
+        notes = cli.feature_notes({"compile": value, "export": export})
+        assert notes["compile"], value
+        assert ("export" in notes) == (export != ("strict", "non-strict")), export
+
+
 def test_package_imports_torch_only_when_its_api_is_used():
     code = (
         "import sys, compatfn\n"

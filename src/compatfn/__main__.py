@@ -104,6 +104,11 @@ def _selfcheck_cases() -> List[tuple]:
     ]
 
 
+#: What the self-check runs of :func:`compatfn.testing.check_function`: the numerical checks and
+#: native-vs-legacy parity (no torch.compile or vmap: the report stays fast).
+SELFCHECKS = ("forward", "gradcheck", "gradgradcheck", "parity")
+
+
 def _input(device: str) -> Any:
     import torch
 
@@ -113,30 +118,15 @@ def _input(device: str) -> Any:
 
 
 def _check(cls: Any, kwargs: Dict[str, Any], device: str) -> None:
-    import torch
+    """Run :data:`SELFCHECKS` on ``cls``; ``AssertionError`` names the check that failed."""
+    from compatfn.testing import check_function
 
-    from compatfn import core
-
-    def call(x: Any) -> Any:
-        return cls.apply(x * 1, **kwargs)  # x * 1: in-place Functions must not get a leaf
-
-    if not torch.autograd.gradcheck(call, (_input(device),)):
-        raise AssertionError("gradcheck returned False")
-    if not torch.autograd.gradgradcheck(call, (_input(device),)):
-        raise AssertionError("gradgradcheck returned False")
-    if core.mode(cls) == "native":  # the legacy adapter must agree exactly
-        results = []
-        for klass in (cls, core.as_legacy(cls)):
-            x = _input(device)
-            y = klass.apply(x * 1, **kwargs)
-            results.append((y.detach(), torch.autograd.grad(y.sum(), x)[0]))
-        (y1, g1), (y2, g2) = results
-        if not (torch.equal(y1, y2) and torch.equal(g1, g2)):
-            raise AssertionError("the native path and the legacy adapter disagree")
+    check_function(cls, _input(device), kwargs=kwargs, checks=SELFCHECKS)
 
 
 def selfcheck() -> List[Dict[str, Any]]:
-    """Run the reference Functions through gradcheck, gradgradcheck and native/legacy parity."""
+    """Run the reference Functions through gradcheck, gradgradcheck and native/legacy parity
+    (:func:`compatfn.testing.check_function`), on CPU and, where present, CUDA."""
     import torch
 
     results = []
@@ -174,6 +164,7 @@ def report() -> Dict[str, Any]:
 
         from compatfn import core, relu
 
+        features = core.features()
         data = {
             "compatfn": compatfn.__version__,
             "torch": str(torch.__version__),
@@ -182,12 +173,47 @@ def report() -> Dict[str, Any]:
             "cuda": torch.cuda.is_available(),
             "path": core.mode(relu.ReLU),
             "legacy_forced": core.env_forces_legacy(),
-            "features": core.features(),
+            "features": features,
+            "feature_notes": feature_notes(features),
             "selfcheck": selfcheck(),
         }
     lines = (f"{w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught)
     data["warnings"] = list(dict.fromkeys(lines))  # once each, in order
     return data
+
+
+#: What each ``features()["compile"]`` value means (the README's torch.compile table, in short).
+COMPILE_NOTES = {
+    "native": "functional(Fn) and Fn.apply compile with fullgraph=True (keywords to a direct "
+    "Fn.apply(...) call need torch >= 2.13 or functional(Fn))",
+    "functional": "functional(Fn), torch.compile(Fn.apply) and legacy=True classes compile; a "
+    "direct Fn.apply(...) call in compiled code of a setup_context-style class does not "
+    "(pytorch #118397)",
+}
+
+
+def feature_notes(features: Dict[str, Any]) -> Dict[str, str]:
+    """The explanations the report prints next to ``compile`` and ``export``.
+
+    Example::
+
+        >>> feature_notes({"compile": "native", "export": ("strict",)})["export"]
+        'torch 2.1 has strict export only (non-strict from torch 2.2)'
+    """
+    from compatfn import core
+
+    compile_ = features.get("compile")
+    notes = {
+        "compile": COMPILE_NOTES.get(str(compile_))
+        or core.dynamo_unsupported()
+        or "torch.compile needs torch >= 2.0",
+    }
+    export = tuple(features.get("export", ()))
+    if not export:
+        notes["export"] = "torch.export needs torch >= 2.1"
+    elif "non-strict" not in export:
+        notes["export"] = "torch 2.1 has strict export only (non-strict from torch 2.2)"
+    return notes
 
 
 def _print_report(data: Dict[str, Any]) -> None:
@@ -200,7 +226,9 @@ def _print_report(data: Dict[str, Any]) -> None:
     print("\nfeatures of this torch:")
     width = max(len(k) for k in data["features"])
     for key, value in data["features"].items():
-        print(f"  {key:<{width}}  {value}")
+        shown = ", ".join(value) or "unavailable" if isinstance(value, (tuple, list)) else value
+        note = data["feature_notes"].get(key)
+        print(f"  {key:<{width}}  {shown}: {note}" if note else f"  {key:<{width}}  {shown}")
     print("\nself-check:")
     for row in data["selfcheck"]:
         status = "ok  " if row["ok"] else "FAIL"
