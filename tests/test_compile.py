@@ -14,10 +14,10 @@ What compiles where (measured; see README "Using compatfn with AMP, torch.func a
 from __future__ import annotations
 
 import pytest
-import torch
 
 import compatfn
 from compatfn import core
+from toy_functions import make_clip
 
 SUPPORT = compatfn.features()["compile"]
 pytestmark = pytest.mark.skipif(
@@ -25,25 +25,6 @@ pytestmark = pytest.mark.skipif(
 )
 # pytorch #118397: dynamo traces setup_context-style Functions from torch 2.4 on.
 DIRECT_APPLY = core.COMPILES_SETUP_CONTEXT
-
-
-def make_clip(legacy=None):
-    class Clip(torch.autograd.Function):
-        @staticmethod
-        def forward(x, clip=1.0):
-            return x.clamp(0, clip)
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            x, clip = inputs
-            ctx.save_for_backward((x > 0) & (x < clip))
-
-        @staticmethod
-        def backward(ctx, grad):
-            (mask,) = ctx.saved_tensors
-            return grad * mask  # the None for ``clip`` is padded by compatfn
-
-    return compatfn.function(Clip, legacy=legacy)
 
 
 def check(fn, backend="aot_eager"):

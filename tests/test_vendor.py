@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from compatfn import core
+from toy_functions import make_scale
 
 SOURCE = Path(core.__file__).read_text(encoding="utf-8")
 STDLIB = {
@@ -57,25 +58,13 @@ def _import_as(package_dir: Path, dotted: str):
 
 
 def _exercise(module) -> None:
-    @module.function
-    class Triple(torch.autograd.Function):
-        @staticmethod
-        def forward(x, factor=3.0):
-            return x * factor
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            ctx.factor = inputs[1]
-
-        @staticmethod
-        def backward(ctx, grad):
-            return grad * ctx.factor
+    triple = make_scale(name="Triple", factor=3.0, none_for_factor=False, decorate=module.function)
 
     x = torch.ones(2, dtype=torch.float64, requires_grad=True)
-    Triple.apply(x, factor=3.0).sum().backward()
+    triple.apply(x, factor=3.0).sum().backward()
     assert torch.equal(x.grad, torch.full_like(x, 3))
-    assert module.mode(Triple) in ("native", "legacy")
-    assert torch.autograd.gradcheck(module.functional(Triple), (x,))
+    assert module.mode(triple) in ("native", "legacy")
+    assert torch.autograd.gradcheck(module.functional(triple), (x,))
     assert module.features()["torch"] == str(torch.__version__)
 
 
