@@ -1,4 +1,5 @@
-"""Decorated Functions under ``torch.compile(fullgraph=True)``.
+"""Decorated Functions compile under ``torch.compile(fullgraph=True)`` wherever the README's
+table says, with eager results, and ``features()["compile"]`` names the row of the running torch.
 
 What compiles where (measured; see README "Using compatfn with AMP, torch.func and torch.compile"):
 

@@ -1,4 +1,6 @@
-"""Issue 2, points 1-6: paths, inputs/output, keyword arguments, grad mode, ctx features, backward.
+"""A decorated Function behaves the same on every torch: the path taken, full ``inputs`` with
+defaults, keyword arguments, grad mode, every ctx feature, and backward (double backward,
+``once_differentiable``, nesting, padded trailing gradients), with user exceptions unchanged.
 
 Every test runs on whatever torch the session installed; ``COMPATFN_LEGACY=1`` sessions run the same
 tests through the legacy adapter.
@@ -33,7 +35,7 @@ def double(*shape: int, device: str = "cpu") -> torch.Tensor:
 ClippedReLU = make_clip(name="ClippedReLU", none_for_clip=True)
 
 
-# --- 1. paths --------------------------------------------------------------------------------
+# --- paths --------------------------------------------------------------------------------
 
 
 def test_mode_follows_torch_and_environment():
@@ -119,7 +121,7 @@ def test_legacy_twin_agrees_with_class(device):
     assert compatfn.as_legacy(ClippedReLU) is legacy  # cached
 
 
-# --- 2. inputs and output ----------------------------------------------------------------------
+# --- inputs and output ----------------------------------------------------------------------
 
 
 def recorder(forward_fn, log):
@@ -290,7 +292,7 @@ def test_varargs_forward():
     assert log[-1][0][1:] == ()
 
 
-# --- 3. keyword arguments ----------------------------------------------------------------------
+# --- keyword arguments ----------------------------------------------------------------------
 
 
 def test_keyword_arguments_on_every_torch(device):
@@ -340,7 +342,7 @@ def _message(call):
     return str(error.value)
 
 
-# --- 4. grad mode ------------------------------------------------------------------------------
+# --- grad mode ------------------------------------------------------------------------------
 
 
 def test_grad_mode_off_in_forward_and_setup_context():
@@ -365,7 +367,7 @@ def test_grad_mode_off_in_forward_and_setup_context():
     assert seen == [False, False]
 
 
-# --- 5. ctx features ---------------------------------------------------------------------------
+# --- ctx features ---------------------------------------------------------------------------
 
 
 @compatfn.function
@@ -529,7 +531,7 @@ def test_needs_input_grad():
     assert torch.equal(a.grad, 2 * b)
 
 
-# --- 6. backward: double backward, once_differentiable, nesting, gradient count -------------------
+# --- backward: double backward, once_differentiable, nesting, gradient count -------------------
 
 
 @compatfn.function

@@ -1,4 +1,6 @@
-"""The reference ReLU suite (compatfn.relu): values, gradients, dtypes, shapes, memory."""
+"""The reference ReLU suite (compatfn.relu) keeps its documented semantics on every torch:
+values and gradients (exact zeros, NaN and inf handling, kinks), every dtype and shape, the memory
+each Function saves, and check_function's verdict on each."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from compatfn.testing import check_function, saved_bytes
 
 CLIP = 2.0
 HAS_HOOKS = hasattr(getattr(torch.autograd, "graph", None), "saved_tensors_hooks")
-TORCH = tuple(int(p) for p in str(torch.__version__).split("+")[0].split(".")[:2])
+TORCH = compatfn.core.TORCH_VERSION
 
 
 def _call_inplace(x: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,6 @@
-"""compatfn.testing: check_function catches each kind of bug; saved_bytes measures correctly."""
+"""``compatfn.testing.check_function`` catches each kind of bug it promises to catch, skips only
+with a stated reason (a torch limitation only when a plain-torch Function proves it), and reads
+dynamo's real messages right; ``saved_bytes`` counts each saved storage once."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import torch
 import compatfn
 from compatfn.testing import CHECKS, CheckReport, _DynamoFailure, check_function, saved_bytes
 
-TORCH = tuple(int(p) for p in str(torch.__version__).split("+")[0].split(".")[:2])
+TORCH = compatfn.core.TORCH_VERSION
 HAS_HOOKS = hasattr(getattr(torch.autograd, "graph", None), "saved_tensors_hooks")
 FWD_AD = TORCH >= (1, 11)
 
