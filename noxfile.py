@@ -1,10 +1,14 @@
 """Test compatfn against every supported torch release.
 
 ``nox`` runs the fast default subset (what CI runs); ``nox -l`` lists every session; ``nox -t cpu``
-runs the whole table (``tools/run_matrix.py`` does that in disk-friendly batches). The table of
-releases lives in ``tools/matrix.py``. Every test session installs the wheel built from this
-checkout (never the source tree), checks that it imported the torch it asked for, and writes JUnit
-XML to ``reports/junit/`` for ``nox -s report``.
+runs the whole table (``python -m tools.run_matrix`` does that in disk-friendly batches). The table
+of releases lives in ``tools/matrix.py``, which also names the sessions: ``tests-X-Y``,
+``tests-X-Y-legacy``, ``cuda-X-Y`` and ``bench-X-Y`` for torch X.Y (dashes, never dots: nox reads
+``-s`` values as Python expressions, see ``matrix.session_name``). Every test session installs the
+wheel built from this checkout (never the source tree), checks that it imported the torch it asked
+for, and writes JUnit XML to ``reports/junit/`` for ``nox -s report``.
+
+Sessions come first, helpers after the banner below them.
 """
 
 from __future__ import annotations
@@ -19,22 +23,109 @@ from pathlib import Path
 import nox
 
 ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT / "tools"))
+# nox loads this file by its path, so the repository root is not importable on its own: add it, to
+# import the project's tools as the package they are.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-import matrix  # noqa: E402  (tools/matrix.py)
-import report  # noqa: E402  (tools/report.py)
+from tools import matrix, report  # noqa: E402
 
 nox.needs_version = ">=2024.3.2"
 nox.options.default_venv_backend = "uv|virtualenv"
 # A missing interpreter is an error everywhere, not only on CI: never a silent skip.
 nox.options.error_on_missing_interpreters = True
 
-# nox compares `-s` names after ast.parse(), so `nox -s tests-2.1` would also run tests-2.10 (both
-# read as `tests - 2.1`). No session here is parametrized: compare names as the strings they are.
-if hasattr(nox.manifest, "_normalize_arg"):
-    nox.manifest._normalize_arg = str
-
 JUNIT_DIR = ROOT / "reports" / "junit"
+
+
+# --- sessions ----------------------------------------------------------------------------------
+
+
+def _tests_session(row: matrix.Row, *, legacy: bool) -> None:
+    """Define ``tests-X-Y`` (or ``tests-X-Y-legacy``): the suite on one torch of the matrix."""
+    forced = " with COMPATFN_LEGACY=1 forced" if legacy else ""
+
+    def tests(session: nox.Session) -> None:
+        _run_tests(session, row, {"COMPATFN_LEGACY": "1"} if legacy else {})
+
+    tests.__doc__ = f"Run the tests on torch {row.torch} (Python {row.python}){forced}."
+    nox.session(
+        name=matrix.session_name("tests", row, legacy=legacy),
+        python=row.python,
+        tags=["cpu", "legacy"] if legacy else ["cpu"],
+        default=row.legacy_default if legacy else row.default,
+    )(tests)
+
+
+def _cuda_session(row: matrix.Row) -> None:
+    """Define ``cuda-X-Y``: the CUDA-marked tests on one torch."""
+
+    def cuda(session: nox.Session) -> None:
+        # COMPATFN_REQUIRE_CUDA makes tests/conftest.py stop the run when no GPU is usable.
+        _run_tests(session, row, {"COMPATFN_REQUIRE_CUDA": "1"}, "-m", "cuda")
+
+    cuda.__doc__ = f"Run the CUDA tests on torch {row.torch}; fails without a usable GPU."
+    nox.session(
+        name=matrix.session_name("cuda", row), python=row.python, tags=["cuda"], default=False
+    )(cuda)
+
+
+def _bench_session(row: matrix.Row) -> None:
+    """Define ``bench-X-Y``: benchmarks/run.py on one torch."""
+
+    def bench(session: nox.Session) -> None:
+        script = ROOT / "benchmarks" / "run.py"
+        if not script.exists():
+            session.error(f"{script.relative_to(ROOT)} does not exist: nothing to benchmark")
+        _install(session, row)
+        session.run("python", str(script), *session.posargs)
+
+    bench.__doc__ = (
+        f"Run benchmarks/run.py (compatfn vs plain torch, per call) on torch {row.torch}."
+    )
+    nox.session(
+        name=matrix.session_name("bench", row), python=row.python, tags=["bench"], default=False
+    )(bench)
+
+
+for _row in matrix.ROWS:
+    _tests_session(_row, legacy=False)
+    if _row.native:
+        _tests_session(_row, legacy=True)
+for _row in matrix.ROWS:
+    _cuda_session(_row)
+for _row in matrix.ROWS:
+    if _row.bench:
+        _bench_session(_row)
+
+
+@nox.session(python=matrix.LINT_PYTHON)
+def lint(session: nox.Session) -> None:
+    """Ruff (lint, format check) over the repository; mypy over src/ (with torch) and tools/;
+    actionlint over .github/workflows (configured by .github/actionlint.yaml)."""
+    session.install(*matrix.LINT_DEPS)
+    session.run("ruff", "check", *session.posargs)
+    session.run("ruff", "format", "--check", *session.posargs)
+    session.run("mypy")
+    session.run("mypy", "--strict", "tools")
+    session.run("actionlint")
+
+
+@nox.session(name="report", python=False, default=False)
+def report_(session: nox.Session) -> None:
+    """Turn reports/junit/*.xml into the support table; write it to README.md and reports/."""
+    table = report.render(JUNIT_DIR)
+    out = ROOT / "reports" / "support-table.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(table)
+    report.embed(ROOT / "README.md", table)
+    session.log(f"wrote {out.relative_to(ROOT)} and the support table in README.md")
+
+
+# ------------------------------------------------------------------------------------------------
+# Helpers
+# ------------------------------------------------------------------------------------------------
+
 _wheel: Path | None = None
 
 
@@ -103,76 +194,3 @@ def _run_tests(session: nox.Session, row: matrix.Row, env: dict[str, str], *args
                 f"SUMMARY {session.name}: {result.one_line()}; "
                 f"{pytest_s}session {end - started:.0f} s"
             )
-
-
-def _tests_session(row: matrix.Row, *, legacy: bool) -> None:
-    suffix = "-legacy" if legacy else ""
-    forced = " with COMPATFN_LEGACY=1 forced" if legacy else ""
-
-    def tests(session: nox.Session) -> None:
-        _run_tests(session, row, {"COMPATFN_LEGACY": "1"} if legacy else {})
-
-    tests.__doc__ = f"Run the tests on torch {row.torch} (Python {row.python}){forced}."
-    nox.session(
-        name=f"tests-{row.key}{suffix}",
-        python=row.python,
-        tags=["cpu", "legacy"] if legacy else ["cpu"],
-        default=row.legacy_default if legacy else row.default,
-    )(tests)
-
-
-def _cuda_session(row: matrix.Row) -> None:
-    def cuda(session: nox.Session) -> None:
-        # COMPATFN_REQUIRE_CUDA makes tests/conftest.py stop the run when no GPU is usable.
-        _run_tests(session, row, {"COMPATFN_REQUIRE_CUDA": "1"}, "-m", "cuda")
-
-    cuda.__doc__ = f"Run the CUDA tests on torch {row.torch}; fails without a usable GPU."
-    nox.session(name=f"cuda-{row.key}", python=row.python, tags=["cuda"], default=False)(cuda)
-
-
-def _bench_session(row: matrix.Row) -> None:
-    def bench(session: nox.Session) -> None:
-        script = ROOT / "benchmarks" / "run.py"
-        if not script.exists():
-            session.error(f"{script.relative_to(ROOT)} does not exist: nothing to benchmark")
-        _install(session, row)
-        session.run("python", str(script), *session.posargs)
-
-    bench.__doc__ = (
-        f"Run benchmarks/run.py (compatfn vs plain torch, per call) on torch {row.torch}."
-    )
-    nox.session(name=f"bench-{row.key}", python=row.python, tags=["bench"], default=False)(bench)
-
-
-for _row in matrix.ROWS:
-    _tests_session(_row, legacy=False)
-    if _row.native:
-        _tests_session(_row, legacy=True)
-for _row in matrix.ROWS:
-    _cuda_session(_row)
-for _row in matrix.ROWS:
-    if _row.bench:
-        _bench_session(_row)
-
-
-@nox.session(python=matrix.LINT_PYTHON)
-def lint(session: nox.Session) -> None:
-    """Ruff (lint, format check) over the repository; mypy over src/ (with torch) and tools/;
-    actionlint over .github/workflows (configured by .github/actionlint.yaml)."""
-    session.install(*matrix.LINT_DEPS)
-    session.run("ruff", "check", *session.posargs)
-    session.run("ruff", "format", "--check", *session.posargs)
-    session.run("mypy")
-    session.run("mypy", "--strict", "tools")
-    session.run("actionlint")
-
-
-@nox.session(name="report", python=False, default=False)
-def report_(session: nox.Session) -> None:
-    """Turn reports/junit/*.xml into the support table; write it to README.md and reports/."""
-    table = report.render(JUNIT_DIR)
-    out = ROOT / "reports" / "support-table.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(table)
-    report.embed(ROOT / "README.md", table)
-    session.log(f"wrote {out.relative_to(ROOT)} and the support table in README.md")

@@ -1,4 +1,6 @@
-"""Issue 5, part 1: ``compatfn.custom_fwd`` / ``custom_bwd`` on both Function styles."""
+"""``compatfn.custom_fwd`` / ``custom_bwd`` work on both Function styles: forward runs under the
+requested autocast cast, backward under the autocast state forward ran under, the caller's tensors
+untouched and no deprecation warnings; decorations a torch cannot honour fail at decoration."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Decorated Functions under ``torch.compile(fullgraph=True)``.
+"""Decorated Functions compile under ``torch.compile(fullgraph=True)`` wherever the README's
+table says, with eager results, and ``features()["compile"]`` names the row of the running torch.
 
 What compiles where (measured; see README "Using compatfn with AMP, torch.func and torch.compile"):
 
@@ -14,34 +15,17 @@ What compiles where (measured; see README "Using compatfn with AMP, torch.func a
 from __future__ import annotations
 
 import pytest
-import torch
 
 import compatfn
 from compatfn import core
+from toy_functions import make_clip
 
 SUPPORT = compatfn.features()["compile"]
-pytestmark = pytest.mark.skipif(SUPPORT.startswith("unavailable"), reason=SUPPORT)
+pytestmark = pytest.mark.skipif(
+    SUPPORT == "unavailable", reason=core.dynamo_unsupported() or "no torch.compile"
+)
 # pytorch #118397: dynamo traces setup_context-style Functions from torch 2.4 on.
-DIRECT_APPLY = core.TORCH_VERSION >= (2, 4)
-
-
-def make_clip(legacy=None):
-    class Clip(torch.autograd.Function):
-        @staticmethod
-        def forward(x, clip=1.0):
-            return x.clamp(0, clip)
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            x, clip = inputs
-            ctx.save_for_backward((x > 0) & (x < clip))
-
-        @staticmethod
-        def backward(ctx, grad):
-            (mask,) = ctx.saved_tensors
-            return grad * mask  # the None for ``clip`` is padded by compatfn
-
-    return compatfn.function(Clip, legacy=legacy)
+DIRECT_APPLY = core.COMPILES_SETUP_CONTEXT
 
 
 def check(fn, backend="aot_eager"):
@@ -58,10 +42,8 @@ def check(fn, backend="aot_eager"):
 
 
 def test_features_report_compile_support():
-    if DIRECT_APPLY:
-        assert SUPPORT.startswith("native")
-    else:
-        assert SUPPORT.startswith("functional")
+    measured = "native" if core.TORCH_VERSION >= (2, 4) else "functional"
+    assert measured == SUPPORT
 
 
 @pytest.mark.parametrize("legacy", [None, True])

@@ -1,5 +1,6 @@
-"""Issue 2, points 7-9 and 11: class hygiene, decoration errors, legacy-form classes, no patching,
-thread safety, memory, and the feature report."""
+"""Decoration leaves the user's class intact: same name, docs, signature, pickling and grad_fn;
+bad classes fail at decoration with a message naming the fix; legacy-form classes keep working;
+torch is never patched; calls are thread-safe and leak no memory; ``features()`` reports data."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ class Scale(torch.autograd.Function):
         return grad * ctx.factor, None
 
 
-# --- 7. class hygiene --------------------------------------------------------------------------
+# --- class hygiene --------------------------------------------------------------------------
 
 
 def test_decorator_returns_the_same_class():
@@ -167,7 +168,7 @@ def test_decorated_subclass_gets_its_own_binding():
     assert torch.equal(Scale.apply(torch.ones(1)), torch.full((1,), 2.0))
 
 
-# --- 8. decoration errors ----------------------------------------------------------------------
+# --- decoration errors ----------------------------------------------------------------------
 
 
 def _bad(**namespace):
@@ -231,7 +232,7 @@ def test_torch_custom_fwd_on_ctxless_forward_is_rejected():
         compatfn.function(_bad(forward=staticmethod(forward)))
 
 
-# --- 9. no patching, thread safety, memory ------------------------------------------------------
+# --- no patching, thread safety, memory ------------------------------------------------------
 
 
 def test_import_has_no_side_effects():
@@ -324,7 +325,7 @@ def test_no_reference_cycle_keeps_saved_tensors_alive():
         gc.enable()
 
 
-# --- 11. features ------------------------------------------------------------------------------
+# --- features ------------------------------------------------------------------------------
 
 
 def test_features_detected():

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import compatfn
+from toy_functions import make_scale
 
 NATIVE_TORCH = hasattr(torch.autograd.Function, "setup_context")
 # legacy=None: the path this torch (and COMPATFN_LEGACY) picks; True: the legacy path forced.
@@ -33,19 +34,7 @@ def _run(cls):
 def _family(legacy):
     """A decorated base and decorated subclasses, each overriding a different subset."""
 
-    @compatfn.function(legacy=legacy)
-    class Base(torch.autograd.Function):
-        @staticmethod
-        def forward(x, factor=2.0):
-            return x * factor
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            ctx.factor = inputs[1]
-
-        @staticmethod
-        def backward(ctx, grad):
-            return grad * ctx.factor, None
+    Base = make_scale(legacy, name="Base")
 
     @compatfn.function(legacy=legacy)
     class OnlyBackward(Base):

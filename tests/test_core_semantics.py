@@ -1,4 +1,6 @@
-"""Issue 2, points 1-6: paths, inputs/output, keyword arguments, grad mode, ctx features, backward.
+"""A decorated Function behaves the same on every torch: the path taken, full ``inputs`` with
+defaults, keyword arguments, grad mode, every ctx feature, and backward (double backward,
+``once_differentiable``, nesting, padded trailing gradients), with user exceptions unchanged.
 
 Every test runs on whatever torch the session installed; ``COMPATFN_LEGACY=1`` sessions run the same
 tests through the legacy adapter.
@@ -16,6 +18,7 @@ from torch.autograd.function import once_differentiable
 
 import compatfn
 from compatfn import core
+from toy_functions import make_clip, make_scale, make_square
 
 FORCED = os.environ.get("COMPATFN_LEGACY", "") not in ("", "0")
 NATIVE_TORCH = hasattr(torch.autograd.Function, "setup_context")  # torch >= 2.0
@@ -28,26 +31,11 @@ def double(*shape: int, device: str = "cpu") -> torch.Tensor:
     return torch.randn(*shape, dtype=torch.float64, device=device, requires_grad=True)
 
 
-@compatfn.function
-class ClippedReLU(torch.autograd.Function):
-    """y = min(max(x, 0), clip)."""
-
-    @staticmethod
-    def forward(x, clip=1.0):
-        return x.clamp(0, clip)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, clip = inputs
-        ctx.save_for_backward((x > 0) & (x < clip))
-
-    @staticmethod
-    def backward(ctx, grad):
-        (mask,) = ctx.saved_tensors
-        return grad * mask, None
+#: y = min(max(x, 0), clip), ``clip=1.0`` by default.
+ClippedReLU = make_clip(name="ClippedReLU", none_for_clip=True)
 
 
-# --- 1. paths --------------------------------------------------------------------------------
+# --- paths --------------------------------------------------------------------------------
 
 
 def test_mode_follows_torch_and_environment():
@@ -133,7 +121,7 @@ def test_legacy_twin_agrees_with_class(device):
     assert compatfn.as_legacy(ClippedReLU) is legacy  # cached
 
 
-# --- 2. inputs and output ----------------------------------------------------------------------
+# --- inputs and output ----------------------------------------------------------------------
 
 
 def recorder(forward_fn, log):
@@ -304,7 +292,7 @@ def test_varargs_forward():
     assert log[-1][0][1:] == ()
 
 
-# --- 3. keyword arguments ----------------------------------------------------------------------
+# --- keyword arguments ----------------------------------------------------------------------
 
 
 def test_keyword_arguments_on_every_torch(device):
@@ -354,7 +342,7 @@ def _message(call):
     return str(error.value)
 
 
-# --- 4. grad mode ------------------------------------------------------------------------------
+# --- grad mode ------------------------------------------------------------------------------
 
 
 def test_grad_mode_off_in_forward_and_setup_context():
@@ -379,7 +367,7 @@ def test_grad_mode_off_in_forward_and_setup_context():
     assert seen == [False, False]
 
 
-# --- 5. ctx features ---------------------------------------------------------------------------
+# --- ctx features ---------------------------------------------------------------------------
 
 
 @compatfn.function
@@ -543,7 +531,7 @@ def test_needs_input_grad():
     assert torch.equal(a.grad, 2 * b)
 
 
-# --- 6. backward: double backward, once_differentiable, nesting, gradient count -------------------
+# --- backward: double backward, once_differentiable, nesting, gradient count -------------------
 
 
 @compatfn.function
@@ -562,20 +550,7 @@ class Cube(torch.autograd.Function):
         return grad * 3 * Square.apply(x)  # another compatfn Function inside backward
 
 
-@compatfn.function
-class Square(torch.autograd.Function):
-    @staticmethod
-    def forward(x):
-        return x * x
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return 2 * x * grad
+Square = make_square()
 
 
 def test_double_backward_through_nested_functions(device):
@@ -612,39 +587,21 @@ def test_once_differentiable():
         g.sum().backward()
 
 
-def make_short_backward():
-    @compatfn.function
-    class Short(torch.autograd.Function):
-        @staticmethod
-        def forward(x, scale=2.0):
-            return x * scale
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            ctx.scale = inputs[1]
-
-        @staticmethod
-        def backward(ctx, grad):
-            return grad * ctx.scale  # no gradient returned for ``scale``
-
-    return Short
-
-
 def test_missing_trailing_gradient_is_padded(device):
-    short = make_short_backward()
+    short = make_scale(name="Short", none_for_factor=False)  # no gradient for ``factor``
     x = double(3, device=device)
     short.apply(x).sum().backward()  # torch >= 2.2 alone: "incorrect number of gradients"
     assert torch.equal(x.grad, torch.full_like(x, 2))
     x.grad = None
-    short.apply(x, scale=torch.tensor(3.0, dtype=torch.float64, device=device)).sum().backward()
+    short.apply(x, factor=torch.tensor(3.0, dtype=torch.float64, device=device)).sum().backward()
     assert torch.equal(x.grad, torch.full_like(x, 3))
 
 
 def test_missing_gradient_that_is_needed_raises_naming_parameter():
-    short = make_short_backward()
-    x, scale = double(3), torch.tensor(3.0, dtype=torch.float64, requires_grad=True)
-    with pytest.raises(RuntimeError, match=r"Short\.backward returned 1 gradient.*'scale'"):
-        short.apply(x, scale).sum().backward()
+    short = make_scale(name="Short", none_for_factor=False)  # no gradient for ``factor``
+    x, factor = double(3), torch.tensor(3.0, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"Short\.backward returned 1 gradient.*'factor'"):
+        short.apply(x, factor).sum().backward()
 
 
 # --- user exceptions and gradient padding on every torch ------------------------------------------

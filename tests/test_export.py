@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import compatfn
+from toy_functions import HandWrittenClip, make_clip
 
 export = getattr(torch, "export", None)
 pytestmark = pytest.mark.skipif(
@@ -25,55 +26,8 @@ pytestmark = pytest.mark.skipif(
 MODES = ["strict", "non-strict"]
 
 
-class HandWritten(torch.autograd.Function):
-    """The baseline: the same math in the legacy form."""
-
-    @staticmethod
-    def forward(ctx, x, clip=1.0):
-        ctx.save_for_backward((x > 0) & (x < clip))
-        return x.clamp(0, clip)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (mask,) = ctx.saved_tensors
-        return grad * mask, None
-
-
-class UndecoratedNoCtx(torch.autograd.Function):
-    """The same math in the setup_context style, without compatfn."""
-
-    @staticmethod
-    def forward(x, clip=1.0):
-        return x.clamp(0, clip)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, clip = inputs
-        ctx.save_for_backward((x > 0) & (x < clip))
-
-    @staticmethod
-    def backward(ctx, grad):
-        (mask,) = ctx.saved_tensors
-        return grad * mask, None
-
-
-def make_clip(legacy=None):
-    class Clip(torch.autograd.Function):
-        @staticmethod
-        def forward(x, clip=1.0):
-            return x.clamp(0, clip)
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            x, clip = inputs
-            ctx.save_for_backward((x > 0) & (x < clip))
-
-        @staticmethod
-        def backward(ctx, grad):
-            (mask,) = ctx.saved_tensors
-            return grad * mask
-
-    return compatfn.function(Clip, legacy=legacy)
+#: The same math in the setup_context style, without compatfn.
+UndecoratedNoCtx = make_clip(name="UndecoratedNoCtx", none_for_clip=True, decorated=False)
 
 
 class Calls(torch.nn.Module):
@@ -112,7 +66,7 @@ class Direct(torch.nn.Module):
 
 def _baseline_exports(keywords: bool, mode: str, weighted: bool) -> None:
     try:
-        _export(Calls(HandWritten.apply, keywords, weighted), torch.randn(8), mode)
+        _export(Calls(HandWrittenClip.apply, keywords, weighted), torch.randn(8), mode)
     except Exception as error:  # torch itself cannot: nothing is promised here
         pytest.skip(f"torch {torch.__version__} does not export the hand-written Function: {error}")
 

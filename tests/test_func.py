@@ -1,4 +1,5 @@
-"""Issue 5, part 2: decorated Functions under torch.func (vmap, grad, jacrev, jvp)."""
+"""Decorated Functions work under torch.func (vmap, grad, jacrev, jvp) exactly as undecorated
+ones, keyword arguments included; where they cannot (legacy path, torch 1.13), the error says so."""
 
 from __future__ import annotations
 

@@ -1,7 +1,12 @@
-"""The support matrix (tools/matrix.py) and everything generated from it stay in step."""
+"""The support matrix (tools/matrix.py) and everything built from it stay in step.
+
+tox.toml, README's support table, CI's test command and the nox session names all follow the
+matrix; the report turns JUnit XML into the table with pytest's counts.
+"""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import re
@@ -13,25 +18,24 @@ from typing import Iterator, Tuple
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOLS = ROOT / "tools"
 
 
 @pytest.fixture(scope="module")
 def tools() -> Iterator[Tuple[ModuleType, ModuleType]]:
-    """tools/matrix.py and tools/report.py, imported from the checkout."""
-    sys.path.insert(0, str(TOOLS))
+    """The ``tools`` package's matrix and report modules, imported from the checkout's root."""
+    sys.path.insert(0, str(ROOT))
     try:
-        yield importlib.import_module("matrix"), importlib.import_module("report")
+        yield importlib.import_module("tools.matrix"), importlib.import_module("tools.report")
     finally:
-        sys.path.remove(str(TOOLS))
-        sys.modules.pop("matrix", None)
-        sys.modules.pop("report", None)
+        sys.path.remove(str(ROOT))
+        for name in ("tools", "tools.matrix", "tools.report"):
+            sys.modules.pop(name, None)
 
 
 def test_tox_toml_is_generated_from_the_matrix(tools: Tuple[ModuleType, ModuleType]) -> None:
     matrix, _ = tools
     assert (ROOT / "tox.toml").read_text() == matrix.render_tox(), (
-        "tox.toml is stale: run `python tools/matrix.py tox > tox.toml`"
+        "tox.toml is stale: run `python -m tools.matrix tox > tox.toml`"
     )
 
 
@@ -78,16 +82,17 @@ def test_report_cells(tools: Tuple[ModuleType, ModuleType], tmp_path: Path) -> N
     matrix, report = tools
     oldest, newest = matrix.ROWS[0], matrix.ROWS[-1]
     features = json.dumps({"setup_context": True, "apply_kwargs": False})
-    (tmp_path / f"tests-{newest.key}.xml").write_text(
+    (tmp_path / f"{matrix.session_name('tests', newest)}.xml").write_text(
         '<testsuites><testsuite name="pytest" tests="10" failures="1" errors="0" skipped="2" '
         'time="3.5" timestamp="2026-11-30T10:00:00">'
         f"<properties><property name=\"features\" value='{features}'/></properties>"
         "</testsuite></testsuites>"
     )
-    (tmp_path / f"tests-{oldest.key}.xml").write_text(
+    (tmp_path / f"{matrix.session_name('tests', oldest)}.xml").write_text(
         '<testsuites><testsuite tests="4" failures="0" errors="0" skipped="1"/></testsuites>'
     )
-    report.write_error(tmp_path / f"tests-{newest.key}-legacy.xml", "boom")
+    legacy = matrix.session_name("tests", newest, legacy=True)
+    report.write_error(tmp_path / f"{legacy}.xml", "boom")
     lines = {
         line.split("|")[1].strip(): line
         for line in report.render(tmp_path).splitlines()
@@ -120,3 +125,34 @@ def test_report_counts_xfailed_and_xpassed_apart(
     result = report.read_junit(path)
     assert result.counts() == "1 passed, 1 failed, 1 xpassed, 1 skipped, 1 xfailed"
     assert not result.ok
+
+
+def _nox_reading(name: str) -> str:
+    """How nox compares a ``-s`` value with session names: as a parsed expression (nox 2026.10.20,
+    ``nox.manifest._normalize_arg``), or as the string itself where it does not parse."""
+    try:
+        return ast.dump(ast.parse(name))
+    except SyntaxError:
+        return name
+
+
+def test_nox_selects_each_session_by_its_own_name_only(
+    tools: Tuple[ModuleType, ModuleType],
+) -> None:
+    matrix, _ = tools
+    names = [
+        matrix.session_name(kind, row, legacy)
+        for row in matrix.ROWS
+        for kind in ("tests", "cuda", "bench")
+        for legacy in (False, True)
+    ]
+    readings = [_nox_reading(name) for name in names]
+    assert len(set(readings)) == len(names), "two session names read the same to nox -s"
+    assert matrix.session_name("tests", matrix.row("2.1")) == "tests-2-1"
+    assert _nox_reading("tests-2.1") == _nox_reading("tests-2.10")  # why names use no dots
+
+
+def test_report_shows_feature_words_and_lists(tools: Tuple[ModuleType, ModuleType]) -> None:
+    _, report = tools
+    cells = [report._flag(v) for v in (True, False, "native", ["strict", "non-strict"], [])]
+    assert cells == ["yes", "no", "native", "strict, non-strict", "unavailable"]

@@ -1,4 +1,6 @@
-"""The reference ReLU suite (compatfn.relu): values, gradients, dtypes, shapes, memory."""
+"""The reference ReLU suite (compatfn.relu) keeps its documented semantics on every torch:
+values and gradients (exact zeros, NaN and inf handling, kinks), every dtype and shape, the memory
+each Function saves, and check_function's verdict on each."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from compatfn.testing import check_function, saved_bytes
 
 CLIP = 2.0
 HAS_HOOKS = hasattr(getattr(torch.autograd, "graph", None), "saved_tensors_hooks")
-TORCH = tuple(int(p) for p in str(torch.__version__).split("+")[0].split(".")[:2])
+TORCH = compatfn.core.TORCH_VERSION
 
 
 def _call_inplace(x: torch.Tensor) -> torch.Tensor:
@@ -175,9 +177,7 @@ def _compile_broken_for_mark_dirty() -> bool:
 
 
 def _compile_skip_reason() -> str:
-    from compatfn.testing import _dynamo_unsupported_reason
-
-    return _dynamo_unsupported_reason() or ""
+    return compatfn.core.dynamo_unsupported() or ""
 
 
 # The ctx method each Function uses that some torch cannot compile at all (torch 2.1: dynamo
@@ -224,7 +224,8 @@ def test_compile_runs_or_skips_for_a_proven_limitation(name: str, device: torch.
     feature = CTX_FEATURE[name]
     plain = compatfn.testing._plain_compile_failure(feature, "aot_eager")
     if TORCH == (2, 1):  # measured: dynamo 2.1 cannot inline these FunctionCtx methods
-        assert plain is not None and plain[0] == "Unsupported" and feature in plain[1], plain
+        assert plain is not None and plain.error == "Unsupported", plain
+        assert plain.ctx_methods == (feature,), plain
     if TORCH >= (2, 2):  # measured on 2.2, 2.3, 2.4, 2.13, 2.15
         assert plain is None, plain
     try:
@@ -243,7 +244,7 @@ def test_compile_runs_or_skips_for_a_proven_limitation(name: str, device: torch.
         reason = report.skipped["compile"]
         assert f"ctx.{feature}" in reason, reason
         assert f"torch {torch.__version__}" in reason, reason
-        assert "plain legacy-form" in reason and plain[1] in reason, reason
+        assert "plain legacy-form" in reason and plain.headline in reason, reason
 
 
 @pytest.mark.parametrize("name", NAMES)

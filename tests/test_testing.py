@@ -1,4 +1,6 @@
-"""compatfn.testing: check_function catches each kind of bug; saved_bytes measures correctly."""
+"""``compatfn.testing.check_function`` catches each kind of bug it promises to catch, skips only
+with a stated reason (a torch limitation only when a plain-torch Function proves it), and reads
+dynamo's real messages right; ``saved_bytes`` counts each saved storage once."""
 
 from __future__ import annotations
 
@@ -9,9 +11,9 @@ import pytest
 import torch
 
 import compatfn
-from compatfn.testing import CHECKS, CheckReport, check_function, saved_bytes
+from compatfn.testing import CHECKS, CheckReport, _DynamoFailure, check_function, saved_bytes
 
-TORCH = tuple(int(p) for p in str(torch.__version__).split("+")[0].split(".")[:2])
+TORCH = compatfn.core.TORCH_VERSION
 HAS_HOOKS = hasattr(getattr(torch.autograd, "graph", None), "saved_tensors_hooks")
 FWD_AD = TORCH >= (1, 11)
 
@@ -297,13 +299,13 @@ class DataDependentNoMaterialize(torch.autograd.Function):
 
 
 FEATURE = "set_materialize_grads"
-FAKE_FAILURE = ("Unsupported", f"inline in skipfiles: FunctionCtx.{FEATURE}")
+FAKE_FAILURE = _DynamoFailure(
+    "Unsupported", f"inline in skipfiles: FunctionCtx.{FEATURE}", (FEATURE,)
+)
 
 
 def _need_compile() -> None:
-    from compatfn.testing import _dynamo_unsupported_reason
-
-    why = _dynamo_unsupported_reason()
+    why = compatfn.core.dynamo_unsupported()
     if why:
         pytest.skip(why)
 
@@ -314,7 +316,7 @@ def test_plain_probe_is_cached_and_measured(monkeypatch: pytest.MonkeyPatch) -> 
 
     first = testing._plain_compile_failure(FEATURE, "aot_eager")
     if TORCH == (2, 1):  # measured: dynamo 2.1 refuses to inline FunctionCtx.set_materialize_grads
-        assert first == ("Unsupported", f"inline in skipfiles: FunctionCtx.{FEATURE}")
+        assert first == FAKE_FAILURE
     elif TORCH >= (2, 2):
         assert first is None
 
@@ -384,3 +386,86 @@ def test_unrelated_compile_failure_is_not_hidden(
     monkeypatch.setitem(testing._PLAIN_PROBE_RESULTS, (FEATURE, "aot_eager"), FAKE_FAILURE)
     with pytest.raises(AssertionError, match=r"DataDependentNoMaterialize\) failed \[compile\]"):
         check_function(DataDependentNoMaterialize, _x(device), checks=["compile"])
+
+
+# --- the dynamo message parser, fed the real messages of the torch at hand ----------------------
+
+
+def _compile_error(fn: Any) -> Any:
+    """The exception compiling ``fn`` (fullgraph, fwd+bwd) raises on this torch, or None."""
+    from compatfn import testing
+
+    try:
+        testing._compile_plain_probe(fn, "aot_eager")
+    except Exception as exc:
+        return exc
+    return None
+
+
+def _assert_one_clean_line(failure: Any) -> None:
+    headline = failure.headline
+    assert headline and "\n" not in headline, failure
+    assert " | " not in headline and "The reason was: " not in headline, failure
+
+
+@pytest.mark.parametrize(
+    "feature", ["set_materialize_grads", "mark_dirty", "mark_non_differentiable"]
+)
+def test_dynamo_message_parser_on_the_ctx_limitation_messages(feature: str) -> None:
+    """Where this torch cannot compile a plain Function using ``ctx.<feature>`` (2.1, measured:
+    ``speculate_subgraph: ... The reason was: inline in skipfiles: FunctionCtx.<feature>  |
+    <path>``), the parser names that method in dynamo's real message; 2.2+ compile all three."""
+    _need_compile()
+    from compatfn import testing
+
+    exc = _compile_error(testing._PLAIN_CTX_PROBES[feature])
+    if exc is None:
+        assert TORCH >= (2, 2)
+        return
+    assert TORCH < (2, 2), exc
+    failure = testing._read_dynamo_failure(exc)
+    assert failure.error == type(exc).__name__ == "Unsupported", failure
+    assert failure.ctx_methods == (feature,), failure
+    _assert_one_clean_line(failure)
+
+
+def test_dynamo_message_parser_on_a_decorated_functions_message() -> None:
+    """Compiling a decorated Function that calls ``ctx.set_materialize_grads`` from setup_context
+    fails on 2.1 only; the parser finds the method in that message too."""
+    _need_compile()
+    from compatfn import testing
+
+    exc = _compile_error(compatfn.as_legacy(NoMaterialize) if TORCH < (2, 4) else NoMaterialize)
+    if exc is None:
+        assert TORCH >= (2, 2)
+        return
+    failure = testing._read_dynamo_failure(exc)
+    assert failure.ctx_methods == (FEATURE,), failure
+    _assert_one_clean_line(failure)
+
+
+def test_dynamo_message_parser_on_an_unrelated_failure() -> None:
+    """A failure that names no ctx method (a data-dependent branch) is never read as one."""
+    _need_compile()
+    from compatfn import testing
+
+    class Branchy(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+            return x * 3 if x.sum() > 0 else x * 2
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+            return grad
+
+    exc = _compile_error(Branchy)
+    assert exc is not None, "fullgraph compiles a data-dependent branch on this torch"
+    failure = testing._read_dynamo_failure(exc)
+    assert failure.error == type(exc).__name__ and failure.ctx_methods == (), failure
+    _assert_one_clean_line(failure)
+
+
+def test_every_check_is_registered() -> None:
+    from compatfn import testing
+
+    assert sorted(testing._REGISTRY) == sorted(CHECKS)

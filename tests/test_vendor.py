@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from compatfn import core
+from toy_functions import make_scale
 
 SOURCE = Path(core.__file__).read_text(encoding="utf-8")
 STDLIB = {
@@ -57,25 +58,13 @@ def _import_as(package_dir: Path, dotted: str):
 
 
 def _exercise(module) -> None:
-    @module.function
-    class Triple(torch.autograd.Function):
-        @staticmethod
-        def forward(x, factor=3.0):
-            return x * factor
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            ctx.factor = inputs[1]
-
-        @staticmethod
-        def backward(ctx, grad):
-            return grad * ctx.factor
+    triple = make_scale(name="Triple", factor=3.0, none_for_factor=False, decorate=module.function)
 
     x = torch.ones(2, dtype=torch.float64, requires_grad=True)
-    Triple.apply(x, factor=3.0).sum().backward()
+    triple.apply(x, factor=3.0).sum().backward()
     assert torch.equal(x.grad, torch.full_like(x, 3))
-    assert module.mode(Triple) in ("native", "legacy")
-    assert torch.autograd.gradcheck(module.functional(Triple), (x,))
+    assert module.mode(triple) in ("native", "legacy")
+    assert torch.autograd.gradcheck(module.functional(triple), (x,))
     assert module.features()["torch"] == str(torch.__version__)
 
 
@@ -264,6 +253,34 @@ def test_report_json_and_failing_selfcheck(capsys, monkeypatch):
     assert "FAIL" in out and "0 passed" in out
 
 
+def test_selfcheck_is_check_function_on_the_reference_suite(monkeypatch):
+    from compatfn import __main__ as cli
+    from compatfn import testing
+
+    seen = []
+
+    def recording(fn, *inputs, kwargs=None, checks=None, **options):
+        seen.append((fn.__name__, kwargs, tuple(checks)))
+        return testing.CheckReport(fn.__name__, str(torch.__version__))
+
+    monkeypatch.setattr(testing, "check_function", recording)
+    rows = cli.selfcheck()
+    assert rows and all(row["ok"] for row in rows)
+    names = [cls.__name__ for cls, _ in cli._selfcheck_cases()]
+    assert [name for name, _, _ in seen][: len(names)] == names
+    assert ("ClippedReLU", {"clip": 1.0}, cli.SELFCHECKS) in seen
+
+
+@pytest.mark.parametrize("value", ["native", "functional", "unavailable"])
+def test_report_explains_every_compile_and_export_value(value):
+    from compatfn import __main__ as cli
+
+    for export in [(), ("strict",), ("strict", "non-strict")]:
+        notes = cli.feature_notes({"compile": value, "export": export})
+        assert notes["compile"], value
+        assert ("export" in notes) == (export != ("strict", "non-strict")), export
+
+
 def test_package_imports_torch_only_when_its_api_is_used():
     code = (
         "import sys, compatfn\n"
@@ -272,5 +289,35 @@ def test_package_imports_torch_only_when_its_api_is_used():
         "from compatfn import function, custom_fwd\n"
         "assert sorted(set(dir(compatfn)) & set(compatfn.__all__)) == sorted(compatfn.__all__)\n"
     )
+    code = (
+        "import sys, compatfn\n"
+        "assert 'function' in compatfn.__all__ and 'function' in dir(compatfn)\n"
+        "assert 'torch' not in sys.modules\n"
+    ) + code
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_package_exports_exactly_the_public_modules_names():
+    """``compatfn.__all__`` is ``__version__`` plus core's ``__all__``, each name core's object."""
+    import compatfn
+
+    assert compatfn.__all__ == ["__version__", *core.__all__]
+    for name in core.__all__:
+        assert getattr(compatfn, name) is getattr(core, name)
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        compatfn.nothing_here  # noqa: B018
+
+
+def test_type_checkers_see_every_public_name():
+    """The ``TYPE_CHECKING`` imports in ``__init__`` (what mypy reads) list every public name."""
+    import compatfn
+
+    tree = ast.parse(Path(compatfn.__file__).read_text(encoding="utf-8"))
+    seen = [
+        alias.asname
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("compatfn.")
+        for alias in node.names
+    ]
+    assert sorted(seen) == sorted(compatfn.__all__[1:])

@@ -3,7 +3,7 @@
 The newest installed patch of each ``3.X`` the matrix (and lint) uses, the lint Python first, so
 that a plain ``python`` is that one. Fails, naming what is missing, where pyenv lacks one:
 
-    export PYENV_VERSION=$(python tools/pyenv_pythons.py)
+    export PYENV_VERSION=$(python -m tools.pyenv_pythons)
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import subprocess
 import sys
 from typing import Dict, List, Tuple
 
-import matrix
+from tools import matrix
 
 
 def installed() -> Dict[str, Tuple[int, ...]]:

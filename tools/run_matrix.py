@@ -7,10 +7,10 @@ uv cache and environment folder, both deleted when the batch ends (each torch is
 only once per run: a row's plain and legacy-forced sessions share its batch). Free disk space is
 checked between batches. Each batch's output goes to ``reports/logs/``.
 
-    python tools/run_matrix.py                    # everything, 3 releases per batch
-    python tools/run_matrix.py --only 2.4 2.5     # some rows
-    python tools/run_matrix.py --cuda             # also the cuda-X.Y sessions (needs a GPU)
-    python tools/run_matrix.py --no-legacy        # legacy-forced runs only on the default rows
+    python -m tools.run_matrix                    # everything, 3 releases per batch
+    python -m tools.run_matrix --only 2.4 2.5     # some rows
+    python -m tools.run_matrix --cuda             # also the cuda-X-Y sessions (needs a GPU)
+    python -m tools.run_matrix --no-legacy        # legacy-forced runs only on the default rows
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import List, Sequence
 
-import matrix
+from tools import matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "reports" / "logs"
@@ -32,13 +32,14 @@ SCRATCH = ROOT / ".nox" / "_batch"
 
 
 def sessions(rows: Sequence[matrix.Row], cuda: bool, legacy: bool = True) -> List[str]:
+    """The nox sessions of ``rows``: tests, legacy-forced tests (all, or the defaults') and CUDA."""
     names = []
     for row in rows:
-        names.append(f"tests-{row.key}")
+        names.append(matrix.session_name("tests", row))
         if row.native and (legacy or row.default):
-            names.append(f"tests-{row.key}-legacy")
+            names.append(matrix.session_name("tests", row, legacy=True))
         if cuda:
-            names.append(f"cuda-{row.key}")
+            names.append(matrix.session_name("cuda", row))
     return names
 
 
@@ -79,10 +80,12 @@ def run_batch(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.run_matrix", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--batch-size", type=int, default=3, help="releases per batch (default 3)")
     parser.add_argument("--only", nargs="+", metavar="X.Y", help="run only these rows")
-    parser.add_argument("--cuda", action="store_true", help="also run the cuda-X.Y sessions")
+    parser.add_argument("--cuda", action="store_true", help="also run the cuda-X-Y sessions")
     parser.add_argument(
         "--min-free-gb", type=float, default=15, help="stop before a batch if less disk is free"
     )
@@ -90,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--no-legacy",
         action="store_true",
-        help="skip the tests-X.Y-legacy sessions of non-default rows (about half the time)",
+        help="skip the tests-X-Y-legacy sessions of non-default rows (about half the time)",
     )
     args = parser.parse_args(argv)
 

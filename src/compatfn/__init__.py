@@ -22,42 +22,45 @@ Example::
     Square.apply(torch.ones(3, requires_grad=True))  # torch 1.8 ... newest
 """
 
+import functools
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Dict, List
+
+from compatfn import _exports
 
 __version__ = "0.1.0"
 
-# The public API is compatfn.core's ``__all__``, imported on first use (PEP 562) so that commands
-# which need no torch, such as ``python -m compatfn vendor``, never import it.
-__all__ = [
-    "__version__",
-    "as_legacy",
-    "custom_bwd",
-    "custom_fwd",
-    "features",
-    "function",
-    "functional",
-    "mode",
-]
+# The public API is ``__version__`` and the ``__all__`` of the modules in
+# ``_exports.PUBLIC_MODULES`` (core's), read from their source. ``__all__`` and the names are
+# resolved on first use (PEP 562), so that ``import compatfn`` and commands that need no torch,
+# such as ``python -m compatfn vendor``, never import it.
 
-if TYPE_CHECKING:
-    from compatfn.core import (
-        as_legacy,
-        custom_bwd,
-        custom_fwd,
-        features,
-        function,
-        functional,
-        mode,
-    )
+if TYPE_CHECKING:  # for type checkers, which cannot run the code below; a test keeps it in step
+    from compatfn.core import as_legacy as as_legacy
+    from compatfn.core import custom_bwd as custom_bwd
+    from compatfn.core import custom_fwd as custom_fwd
+    from compatfn.core import features as features
+    from compatfn.core import function as function
+    from compatfn.core import functional as functional
+    from compatfn.core import mode as mode
+
+
+@functools.lru_cache(maxsize=None)
+def _origins() -> Dict[str, str]:
+    """Each public name -> the submodule that defines it, e.g. ``{"function": "core", ...}``."""
+    return _exports.public_names(__name__)
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__ or name == "core":
-        core = importlib.import_module("compatfn.core")  # also sets compatfn.core
-        return core if name == "core" else getattr(core, name)
-    raise AttributeError(f"module 'compatfn' has no attribute {name!r}")
+    if name == "__all__":
+        return ["__version__", *_origins()]
+    module = _origins().get(name)
+    if module is not None:
+        return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    if name in _exports.PUBLIC_MODULES:
+        return importlib.import_module(f"{__name__}.{name}")  # also sets compatfn.<name>
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def __dir__() -> list:
-    return sorted(set(globals()) | set(__all__))
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | {"__all__", "__version__", *_origins()})

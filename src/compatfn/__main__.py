@@ -14,8 +14,6 @@ never imports torch.
 from __future__ import annotations
 
 import argparse
-import ast
-import importlib.util
 import json
 import sys
 import textwrap
@@ -26,6 +24,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 import compatfn
+from compatfn import _exports
 
 HEADER = """\
 {about}
@@ -39,22 +38,6 @@ HEADER = """\
 
 class UsageError(Exception):
     """A mistake in how the command was called: reported in one line, exit status 2."""
-
-
-def _core_path() -> Path:
-    spec = importlib.util.find_spec("compatfn.core")  # finds the file without importing torch
-    assert spec is not None and spec.origin is not None
-    return Path(spec.origin)
-
-
-def public_api(source: str) -> List[str]:
-    """The names in the ``__all__`` list of a module's source, read without importing it."""
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
-        ):
-            return [str(ast.literal_eval(element)) for element in node.value.elts]  # type: ignore[attr-defined]
-    raise ValueError("the module defines no __all__")
 
 
 def _comment(text: str) -> str:
@@ -85,14 +68,16 @@ def vendor(dest: Path, force: bool = False) -> Path:
         raise UsageError(f"{dest} is not a .py file; name a module, e.g. _autograd_compat.py")
     if dest.exists() and not force:
         raise UsageError(f"{dest} exists; pass --force to overwrite it")
-    source = _core_path().read_text(encoding="utf-8")
+    source = _exports.module_source("compatfn.core")  # read, not imported: no torch
     header = HEADER.format(
         dest=dest.as_posix(),
         about=_comment(
             f"Vendored from compatfn {compatfn.__version__}, module compatfn.core. Do not edit; "
             "regenerate:"
         ),
-        api=_comment(f"Public API: {', '.join(public_api(source))} (see the docstrings below)."),
+        api=_comment(
+            f"Public API: {', '.join(_exports.names_in_all(source))} (see the docstrings below)."
+        ),
         env=_comment(
             "Every copy reads the environment variable COMPATFN_LEGACY (1 forces the legacy path)."
         ),
@@ -119,6 +104,11 @@ def _selfcheck_cases() -> List[tuple]:
     ]
 
 
+#: What the self-check runs of :func:`compatfn.testing.check_function`: the numerical checks and
+#: native-vs-legacy parity (no torch.compile or vmap: the report stays fast).
+SELFCHECKS = ("forward", "gradcheck", "gradgradcheck", "parity")
+
+
 def _input(device: str) -> Any:
     import torch
 
@@ -128,30 +118,15 @@ def _input(device: str) -> Any:
 
 
 def _check(cls: Any, kwargs: Dict[str, Any], device: str) -> None:
-    import torch
+    """Run :data:`SELFCHECKS` on ``cls``; ``AssertionError`` names the check that failed."""
+    from compatfn.testing import check_function
 
-    from compatfn import core
-
-    def call(x: Any) -> Any:
-        return cls.apply(x * 1, **kwargs)  # x * 1: in-place Functions must not get a leaf
-
-    if not torch.autograd.gradcheck(call, (_input(device),)):
-        raise AssertionError("gradcheck returned False")
-    if not torch.autograd.gradgradcheck(call, (_input(device),)):
-        raise AssertionError("gradgradcheck returned False")
-    if core.mode(cls) == "native":  # the legacy adapter must agree exactly
-        results = []
-        for klass in (cls, core.as_legacy(cls)):
-            x = _input(device)
-            y = klass.apply(x * 1, **kwargs)
-            results.append((y.detach(), torch.autograd.grad(y.sum(), x)[0]))
-        (y1, g1), (y2, g2) = results
-        if not (torch.equal(y1, y2) and torch.equal(g1, g2)):
-            raise AssertionError("the native path and the legacy adapter disagree")
+    check_function(cls, _input(device), kwargs=kwargs, checks=SELFCHECKS)
 
 
 def selfcheck() -> List[Dict[str, Any]]:
-    """Run the reference Functions through gradcheck, gradgradcheck and native/legacy parity."""
+    """Run the reference Functions through gradcheck, gradgradcheck and native/legacy parity
+    (:func:`compatfn.testing.check_function`), on CPU and, where present, CUDA."""
     import torch
 
     results = []
@@ -189,6 +164,7 @@ def report() -> Dict[str, Any]:
 
         from compatfn import core, relu
 
+        features = core.features()
         data = {
             "compatfn": compatfn.__version__,
             "torch": str(torch.__version__),
@@ -197,12 +173,47 @@ def report() -> Dict[str, Any]:
             "cuda": torch.cuda.is_available(),
             "path": core.mode(relu.ReLU),
             "legacy_forced": core.env_forces_legacy(),
-            "features": core.features(),
+            "features": features,
+            "feature_notes": feature_notes(features),
             "selfcheck": selfcheck(),
         }
     lines = (f"{w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught)
     data["warnings"] = list(dict.fromkeys(lines))  # once each, in order
     return data
+
+
+#: What each ``features()["compile"]`` value means (the README's torch.compile table, in short).
+COMPILE_NOTES = {
+    "native": "functional(Fn) and Fn.apply compile with fullgraph=True (keywords to a direct "
+    "Fn.apply(...) call need torch >= 2.13 or functional(Fn))",
+    "functional": "functional(Fn), torch.compile(Fn.apply) and legacy=True classes compile; a "
+    "direct Fn.apply(...) call in compiled code of a setup_context-style class does not "
+    "(pytorch #118397)",
+}
+
+
+def feature_notes(features: Dict[str, Any]) -> Dict[str, str]:
+    """The explanations the report prints next to ``compile`` and ``export``.
+
+    Example::
+
+        >>> feature_notes({"compile": "native", "export": ("strict",)})["export"]
+        'torch 2.1 has strict export only (non-strict from torch 2.2)'
+    """
+    from compatfn import core
+
+    compile_ = features.get("compile")
+    notes = {
+        "compile": COMPILE_NOTES.get(str(compile_))
+        or core.dynamo_unsupported()
+        or "torch.compile needs torch >= 2.0",
+    }
+    export = tuple(features.get("export", ()))
+    if not export:
+        notes["export"] = "torch.export needs torch >= 2.1"
+    elif "non-strict" not in export:
+        notes["export"] = "torch 2.1 has strict export only (non-strict from torch 2.2)"
+    return notes
 
 
 def _print_report(data: Dict[str, Any]) -> None:
@@ -215,7 +226,9 @@ def _print_report(data: Dict[str, Any]) -> None:
     print("\nfeatures of this torch:")
     width = max(len(k) for k in data["features"])
     for key, value in data["features"].items():
-        print(f"  {key:<{width}}  {value}")
+        shown = ", ".join(value) or "unavailable" if isinstance(value, (tuple, list)) else value
+        note = data["feature_notes"].get(key)
+        print(f"  {key:<{width}}  {shown}: {note}" if note else f"  {key:<{width}}  {shown}")
     print("\nself-check:")
     for row in data["selfcheck"]:
         status = "ok  " if row["ok"] else "FAIL"

@@ -38,7 +38,7 @@ from typing import Any, Callable, Optional, Tuple
 import torch
 
 import compatfn
-from compatfn.core import is_compiling as _is_compiling
+from compatfn.core import TORCH_VERSION, is_compiling, transforms_active
 
 __all__ = [
     "BitReLU",
@@ -59,42 +59,49 @@ __all__ = [
 ]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
-_TORCH = tuple(int(p) for p in str(torch.__version__).split("+")[0].split(".")[:2])
 _threshold_backward = torch.ops.aten.threshold_backward
 
 
 # --------------------------------------------------------------------------- kernels
 
 
-def _threshold(x: torch.Tensor) -> torch.Tensor:
-    """``torch.threshold(x, 0, 0)``: ReLU with ``+0.0`` for ``-0.0`` on every torch."""
+def _in_float32_where_missing(
+    op: Callable[..., torch.Tensor], x: torch.Tensor, *args: Any, inplace: bool = False
+) -> Any:
+    """``op(x, *args)``; where torch has no kernel for ``x``'s dtype (float16 on CPU before torch
+    2.1, bfloat16 ReLU on 1.8), ``op`` on float32 copies of the tensors, rounded back (into ``x``
+    for an ``inplace`` op).
+
+    Exact for these piecewise-linear functions: the float32 result is one of the inputs' values, 0
+    or a bound, and rounding a bound to ``x.dtype`` is what the native kernel does with it.
+
+    Example::
+
+        _in_float32_where_missing(torch.threshold, torch.ones(2, dtype=torch.half), 0.0, 0.0)
+    """
     try:
-        return torch.threshold(x, 0.0, 0.0)
-    except RuntimeError:  # e.g. "threshold_cpu" not implemented for 'Half' (torch < 2.1 CPU)
+        return op(x, *args)
+    except RuntimeError:  # e.g. "threshold_cpu" not implemented for 'Half'
         if x.dtype not in _LOW_PRECISION:
             raise
-        return torch.threshold(x.float(), 0.0, 0.0).to(x.dtype)
+        wide = [a.float() if isinstance(a, torch.Tensor) else a for a in args]
+        result = op(x.float(), *wide)
+        return x.copy_(result) if inplace else result.to(x.dtype)
+
+
+def _threshold(x: torch.Tensor) -> torch.Tensor:
+    """``torch.threshold(x, 0, 0)``: ReLU with ``+0.0`` for ``-0.0`` on every torch."""
+    return _in_float32_where_missing(torch.threshold, x, 0.0, 0.0)
 
 
 def _threshold_(x: torch.Tensor) -> torch.Tensor:
-    """In-place :func:`_threshold`."""
-    try:
-        return torch.threshold_(x, 0.0, 0.0)
-    except RuntimeError:
-        if x.dtype not in _LOW_PRECISION:
-            raise
-        return x.copy_(torch.threshold(x.float(), 0.0, 0.0))
+    """In-place :func:`_threshold`: returns ``x``, overwritten."""
+    return _in_float32_where_missing(torch.threshold_, x, 0.0, 0.0, inplace=True)
 
 
 def _clamp(x: torch.Tensor, clip: float) -> torch.Tensor:
-    try:
-        return x.clamp(0.0, clip)
-    except RuntimeError:  # "clamp_cpu" not implemented for 'Half' (torch < 2.1 CPU)
-        if x.dtype not in _LOW_PRECISION:
-            raise
-        # Exact: the float32 result is one of x, 0, clip, and rounding clip to x.dtype is what
-        # the native kernel does with its scalar bound.
-        return x.float().clamp(0.0, clip).to(x.dtype)
+    """``x.clamp(0, clip)``."""
+    return _in_float32_where_missing(torch.clamp, x, 0.0, clip)
 
 
 def _out_variant_ok() -> bool:
@@ -104,7 +111,7 @@ def _out_variant_ok() -> bool:
     torch.compile traces: there the out-of-place op is the one that composes.
     """
     # is_compiling first: dynamo cannot trace the transforms check (a C call returning a bool).
-    return not (torch.is_grad_enabled() or _is_compiling() or _transforms_active())
+    return not (torch.is_grad_enabled() or is_compiling() or transforms_active())
 
 
 _HAS_OUT = hasattr(_threshold_backward, "grad_input")  # aten overloads: torch >= 1.10 or so
@@ -116,27 +123,28 @@ def _select(grad: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     ``threshold_backward`` is torch's own fused ReLU-backward kernel: a single same-dtype pass,
     and a select, not a multiply (``0 * inf`` would be NaN).
     """
-    try:
-        if _HAS_OUT and _out_variant_ok() and keep.is_contiguous():
-            # Reuse the scratch buffer for the result: one fresh allocation fewer (on CPU a
-            # fresh 64 MiB tensor costs as much in page faults as the kernel itself).
-            return _threshold_backward.grad_input(grad, keep, 0, grad_input=keep)
-        return _threshold_backward(grad, keep, 0)
-    except RuntimeError:
-        if grad.dtype not in _LOW_PRECISION:
-            raise
-        return _threshold_backward(grad.float(), keep.float(), 0).to(grad.dtype)
+    return _in_float32_where_missing(_threshold_backward_into, grad, keep)
 
 
-def _transforms_active() -> bool:
-    active = getattr(torch._C, "_are_functorch_transforms_active", None)
-    return active is not None and bool(active())
+def _threshold_backward_into(grad: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """``threshold_backward(grad, keep, 0)``, written into ``keep`` where that is allowed."""
+    if _HAS_OUT and _out_variant_ok() and keep.is_contiguous():
+        # Reuse the scratch buffer for the result: one fresh allocation fewer (on CPU a fresh
+        # 64 MiB tensor costs as much in page faults as the kernel itself).
+        return _threshold_backward.grad_input(grad, keep, 0, grad_input=keep)
+    return _threshold_backward(grad, keep, 0)
+
+
+def _grad_where_output_positive(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+    """The backward of ReLU and InplaceReLU: ``grad`` where the saved output is nonzero, else 0."""
+    (y,) = ctx.saved_tensors
+    return _in_float32_where_missing(_threshold_backward, grad, y, 0)
 
 
 def _masked_grad(grad: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``grad`` where the bool ``mask`` is set, else 0."""
     # torch 2.0's vmap has no batching rule for view(dtype); dynamo (2.1) cannot trace the check.
-    if _is_compiling() or not _transforms_active():
+    if is_compiling() or not transforms_active():
         # uint8 -> float converts about 1.5x faster than bool -> float on CPU; the view is free.
         mask = mask.view(torch.uint8)
     return _select(grad, mask.to(grad.dtype))
@@ -175,7 +183,7 @@ def _not_tracing() -> bool:
 # outside dynamo, where ``is_compiling()`` is False but ``torch.fx`` reports the trace. (Newer
 # torch traces it with dynamo only, and warns on ``is_fx_tracing``: not consulted there.)
 _fx_tracing: Callable[[], bool] = _not_tracing
-if (2, 1) <= _TORCH < (2, 3):
+if (2, 1) <= TORCH_VERSION < (2, 3):
     import torch.fx
 
     _fx_tracing = torch.fx._symbolic_trace.is_fx_tracing
@@ -183,7 +191,7 @@ if (2, 1) <= _TORCH < (2, 3):
 
 def _tracing() -> bool:
     """Whether torch is tracing this code (dynamo, or make_fx on torch 2.1-2.2)."""
-    return _is_compiling() or _fx_tracing()
+    return is_compiling() or _fx_tracing()
 
 
 def _bit_weights(device: torch.device) -> torch.Tensor:
@@ -251,15 +259,7 @@ class ReLU(torch.autograd.Function):
     def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: torch.Tensor) -> None:
         ctx.save_for_backward(output)
 
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        (y,) = ctx.saved_tensors
-        try:
-            return _threshold_backward(grad, y, 0)
-        except RuntimeError:
-            if grad.dtype not in _LOW_PRECISION:
-                raise
-            return _threshold_backward(grad.float(), y.float(), 0).to(grad.dtype)
+    backward = staticmethod(_grad_where_output_positive)
 
 
 @compatfn.function
@@ -356,15 +356,7 @@ class InplaceReLU(torch.autograd.Function):
         ctx.mark_dirty(x)
         ctx.save_for_backward(output)  # the overwritten input *is* the output: no extra memory
 
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        (y,) = ctx.saved_tensors
-        try:
-            return _threshold_backward(grad, y, 0)
-        except RuntimeError:
-            if grad.dtype not in _LOW_PRECISION:
-                raise
-            return _threshold_backward(grad.float(), y.float(), 0).to(grad.dtype)
+    backward = staticmethod(_grad_where_output_positive)
 
 
 @compatfn.function

@@ -1,0 +1,131 @@
+"""Toy autograd Functions shared by the test modules: one definition each, built fresh per call.
+
+Imported as ``from toy_functions import make_clip``: pytest puts ``tests/`` on ``sys.path``
+(``pythonpath = ["tests"]`` in pyproject.toml, pytest >= 7), which works with
+``--import-mode=importlib`` on every Python of the matrix. Only this folder is added, never
+``src/``: the tests still import the installed compatfn.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+
+import compatfn
+
+
+def make_clip(
+    legacy: Optional[bool] = None,
+    *,
+    name: str = "Clip",
+    none_for_clip: bool = False,
+    decorated: bool = True,
+) -> Any:
+    """A decorated clipped ReLU ``x.clamp(0, clip)``, setup_context style, ``clip=1.0`` default.
+
+    Saves the mask ``0 < x < clip``; backward returns ``grad * mask`` and, with
+    ``none_for_clip``, an explicit ``None`` for ``clip`` (otherwise compatfn pads it).
+    ``decorated=False`` returns the plain torch class.
+
+    Example::
+
+        make_clip(legacy=True).apply(torch.randn(4), clip=0.5)
+    """
+
+    class Clip(torch.autograd.Function):
+        @staticmethod
+        def forward(x, clip=1.0):  # type: ignore[no-untyped-def,override]
+            return x.clamp(0, clip)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def,override]
+            x, clip = inputs
+            ctx.save_for_backward((x > 0) & (x < clip))
+
+        @staticmethod
+        def backward(ctx, grad):  # type: ignore[no-untyped-def,override]
+            (mask,) = ctx.saved_tensors
+            return (grad * mask, None) if none_for_clip else grad * mask
+
+    Clip.__name__ = Clip.__qualname__ = name
+    return compatfn.function(Clip, legacy=legacy) if decorated else Clip
+
+
+class HandWrittenClip(torch.autograd.Function):
+    """The same clipped ReLU hand-written in the legacy form, without compatfn: the baseline
+    that shows what torch itself supports."""
+
+    @staticmethod
+    def forward(ctx, x, clip=1.0):  # type: ignore[no-untyped-def,override]
+        ctx.save_for_backward((x > 0) & (x < clip))
+        return x.clamp(0, clip)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[no-untyped-def,override]
+        (mask,) = ctx.saved_tensors
+        return grad * mask, None
+
+
+def make_scale(
+    legacy: Optional[bool] = None,
+    *,
+    name: str = "Scale",
+    factor: float = 2.0,
+    none_for_factor: bool = True,
+    decorate: Optional[Callable[..., Any]] = None,
+) -> Any:
+    """A decorated ``x * factor`` (default ``factor``), setup_context style, that keeps the factor
+    on ctx; backward returns ``None`` for it unless ``none_for_factor=False`` (compatfn pads).
+    ``decorate`` replaces ``compatfn.function`` (e.g. a vendored copy's ``function``).
+
+    Example::
+
+        make_scale(name="Short", none_for_factor=False).apply(torch.ones(2), 3.0)
+    """
+
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(x, factor=factor):  # type: ignore[no-untyped-def,override]
+            return x * factor
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def,override]
+            ctx.factor = inputs[1]
+
+        @staticmethod
+        def backward(ctx, grad):  # type: ignore[no-untyped-def,override]
+            return (grad * ctx.factor, None) if none_for_factor else grad * ctx.factor
+
+    Scale.__name__ = Scale.__qualname__ = name
+    if decorate is not None:
+        return decorate(Scale)
+    return compatfn.function(Scale, legacy=legacy)
+
+
+def make_square(*, name: str = "Square", vmap_rule: bool = False) -> Any:
+    """A decorated ``x * x`` that saves ``x``; ``vmap_rule`` sets ``generate_vmap_rule = True``.
+
+    Example::
+
+        make_square(vmap_rule=True).apply(torch.ones(2))
+    """
+
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(x):  # type: ignore[no-untyped-def,override]
+            return x * x
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def,override]
+            ctx.save_for_backward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, grad):  # type: ignore[no-untyped-def,override]
+            (x,) = ctx.saved_tensors
+            return 2 * x * grad
+
+    Square.__name__ = Square.__qualname__ = name
+    if vmap_rule:
+        Square.generate_vmap_rule = True
+    return compatfn.function(Square)
