@@ -460,18 +460,19 @@ def _describe_ctx_use(name: cst.Name, parents: List[cst.CSTNode]) -> str:
     if isinstance(parent, cst.Arg) and len(parents) > 1 and isinstance(parents[-2], cst.Call):
         callee = _dotted(parents[-2].func) or _code(parents[-2].func)
         return f"forward passes ctx to {callee}(); move what it does with ctx into forward"
-    for node in reversed(parents):
-        if isinstance(node, (cst.For, cst.While)):
-            return "forward uses ctx inside a loop"
-        if isinstance(node, (cst.With, cst.Try)):
-            return "forward uses ctx inside a with/try block"
-        if isinstance(node, cst.If):
-            return (
-                "forward uses ctx inside an if block that also computes values "
-                "(a conditional save that depends on data)"
-            )
-        if isinstance(node, (cst.FunctionDef, cst.Lambda)):
-            return "forward uses ctx inside a nested function"
+    kinds = [
+        ((cst.For, cst.While), "forward uses ctx inside a loop"),
+        ((cst.FunctionDef, cst.Lambda), "forward uses ctx inside a nested function"),
+        ((cst.With, cst.Try), "forward uses ctx inside a with/try block"),
+        (
+            (cst.If,),
+            "forward uses ctx inside an if block that also computes values "
+            "(a conditional save that depends on data)",
+        ),
+    ]
+    for types, reason in kinds:
+        if any(isinstance(node, types) for node in parents):
+            return reason
     if isinstance(parent, cst.Attribute):
         return f"forward reads ctx.{parent.attr.value} back"
     return "forward uses ctx in a way migrate cannot move to setup_context"
