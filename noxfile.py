@@ -145,12 +145,13 @@ def _build_wheel(session: nox.Session) -> Path:
 
 
 def _install(session: nox.Session, row: matrix.Row, *extra: str) -> None:
-    """Install the row's torch, the built wheel with its test extra and ``extra``, in one go."""
+    """Install the row's torch, the built wheel with its test and migrate extras and ``extra``,
+    in one go."""
     wheel = _build_wheel(session)
     session.install(
         f"torch=={row.torch}",
         *row.deps,
-        f"compatfn[{matrix.TEST_EXTRA}] @ {wheel.as_uri()}",
+        f"compatfn[{matrix.TEST_EXTRA},{matrix.MIGRATE_EXTRA}] @ {wheel.as_uri()}",
         *extra,
     )
     # A reused venv (-r) already holds a compatfn 0.1.0: replace it with this build.

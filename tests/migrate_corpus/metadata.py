@@ -1,0 +1,98 @@
+"""ctx attributes from argument metadata, ``once_differentiable``, ``mark_non_differentiable``,
+``set_materialize_grads`` and non-tensor outputs.
+
+Models the patterns of mmcv's mmcv/ops/roi_align.py (RoIAlignFunction: the input's shape and
+arguments kept as ctx attributes, a ``@once_differentiable`` backward), pytorch3d's
+pytorch3d/ops/knn.py (_knn_points: integer indices returned and marked non-differentiable) and
+torch_scatter-style functions that return a count next to a tensor. Written for compatfn's tests.
+"""
+
+import torch
+from torch.autograd import Function as F
+from torch.autograd.function import once_differentiable
+
+
+class CropPad(F):
+    @staticmethod
+    def forward(ctx, x, size):
+        ctx.input_shape = x.shape
+        ctx.size = size
+        ctx.dtype = x.dtype
+        out = x.new_zeros(x.shape[:-1] + (size,))
+        keep = min(size, x.shape[-1])
+        out[..., :keep] = x[..., :keep]
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        grad_x = grad.new_zeros(ctx.input_shape, dtype=ctx.dtype)
+        keep = min(ctx.size, ctx.input_shape[-1])
+        grad_x[..., :keep] = grad[..., :keep]
+        return grad_x, None
+
+
+class TopKValues(F):
+    @staticmethod
+    def forward(ctx, x, k, dim=-1):
+        values, indices = x.topk(k, dim=dim)
+        ctx.mark_non_differentiable(indices)
+        ctx.save_for_backward(indices)
+        ctx.dim = dim
+        ctx.shape = x.shape
+        return values, indices
+
+    @staticmethod
+    def backward(ctx, grad_values, grad_indices):
+        (indices,) = ctx.saved_tensors
+        grad = grad_values.new_zeros(ctx.shape)
+        return grad.scatter(ctx.dim, indices, grad_values), None, None
+
+
+class PositivePart(F):
+    @staticmethod
+    def forward(ctx, x):
+        y = x.clamp(min=0)
+        count = int((x > 0).sum())
+        ctx.save_for_backward(x)
+        return y, count
+
+    @staticmethod
+    def backward(ctx, grad, grad_count):
+        (x,) = ctx.saved_tensors
+        return grad * (x > 0)
+
+
+class SplitHalves(F):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.set_materialize_grads(False)
+        half = x.shape[-1] // 2
+        ctx.half = half
+        ctx.rest = x.shape[-1] - half
+        return x[..., :half] * 2, x[..., half:] * 3
+
+    @staticmethod
+    def backward(ctx, grad_a, grad_b):
+        if grad_a is None and grad_b is None:
+            return None
+        if grad_a is None:  # not materialized: this output got no gradient
+            grad_a = grad_b.new_zeros(grad_b.shape[:-1] + (ctx.half,))
+        if grad_b is None:
+            grad_b = grad_a.new_zeros(grad_a.shape[:-1] + (ctx.rest,))
+        return torch.cat([grad_a * 2, grad_b * 3], dim=-1)
+
+
+def _randn(*shape):
+    return torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+
+
+CASES = {
+    "CropPad": lambda: ((_randn(3, 5),), (7,)),
+    "TopKValues": lambda: ((_randn(3, 6),), (2,)),
+    "PositivePart": lambda: ((_randn(7),), ()),
+    "SplitHalves": lambda: ((_randn(2, 6),), ()),
+}
+REFUSED = {}
+#: Classes whose original cannot run on torch 1.8 (non-tensor outputs), with the reason.
+ORIGINAL_NEEDS_1_9 = {"PositivePart": "a legacy Function cannot return a Python int on torch 1.8"}

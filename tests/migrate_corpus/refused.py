@@ -1,0 +1,97 @@
+"""Functions migrate must refuse: it cannot prove a rewrite equivalent.
+
+Models the patterns of torch/utils/checkpoint.py (CheckpointFunction: ctx attributes built in a
+loop over the arguments), bitsandbytes' bitsandbytes/autograd/_functions.py (MatMul8bitLt: an
+early return for empty inputs with its own ctx handling; state objects handed to helpers),
+and of Functions that read a ctx attribute back in forward or save under a data-dependent
+condition. Written for compatfn's tests; each class still works as written.
+"""
+
+import torch
+
+
+def _remember(ctx, x):
+    ctx.save_for_backward(x)
+
+
+class ReadsCtxBack(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.factor = 3.0
+        return x * ctx.factor
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.factor
+
+
+class CtxToHelper(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        _remember(ctx, x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * x.cos()
+
+
+class DataConditionalSave(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x.exp()
+        if y.sum() > 10:
+            ctx.save_for_backward(y)
+        else:
+            ctx.save_for_backward(x.exp())
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return grad * y
+
+
+class EmptyEarlyReturn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        if x.numel() == 0:
+            ctx.empty = True
+            return x.clone()
+        ctx.empty = False
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.empty:
+            return grad.clone()
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad
+
+
+class TensorIndicesLoop(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, scale, first, second):
+        ctx.tensor_indices = []
+        args = (first, second)
+        for index, arg in enumerate(args):
+            if torch.is_tensor(arg):
+                ctx.tensor_indices.append(index)
+        return tuple(a * scale for a in args)
+
+    @staticmethod
+    def backward(ctx, grad_first, grad_second):
+        return None, grad_first * 1, grad_second * 1
+
+
+CASES = {}
+#: class name -> the reason migrate gives (a substring of it).
+REFUSED = {
+    "ReadsCtxBack": "forward reads ctx.factor back",
+    "CtxToHelper": "forward passes ctx to _remember()",
+    "DataConditionalSave": "ctx under a condition on y, a value forward computes",
+    "EmptyEarlyReturn": "forward returns from more than one place",
+    "TensorIndicesLoop": "forward uses ctx inside a loop",
+}
