@@ -34,6 +34,7 @@ __all__ = [
     "as_legacy",
     "custom_bwd",
     "custom_fwd",
+    "custom_op",
     "features",
     "function",
     "functional",
@@ -50,9 +51,12 @@ if TYPE_CHECKING:
         functional,
         mode,
     )
+    from compatfn.library import custom_op
 
 
 def __getattr__(name: str) -> Any:
+    if name == "custom_op":  # compatfn.library: torch.library.custom_op on every torch
+        return importlib.import_module("compatfn.library").custom_op
     if name in __all__ or name == "core":
         core = importlib.import_module("compatfn.core")  # also sets compatfn.core
         return core if name == "core" else getattr(core, name)
