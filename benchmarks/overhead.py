@@ -18,8 +18,8 @@ weighs most; reported, no target) and ``fwd+bwd`` (with ``torch.autograd.grad``)
 
 * custom operator (issue 11): ``compatfn.custom_op`` with ``register_autograd`` vs a
   hand-written legacy ``forward(ctx, ...)`` Function doing the same (``HandLegacy``), called
-  positionally and with a keyword. Target on torch 1.x-2.3 (where compatfn builds the op): <= 1.2x. On torch >= 2.4 the
-  op is torch's own ``CustomOpDef``: reported, no target.
+  positionally and with a keyword. Target on torch 1.x-2.3 (where compatfn builds the op):
+  <= 1.2x. On torch >= 2.4 the op is torch's own ``CustomOpDef``: reported, no target.
 
 All rows are measured in the same process, in alternating rounds of short blocks; the fastest
 block of each row is kept (the estimate least disturbed by other load on a shared machine).

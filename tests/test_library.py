@@ -243,6 +243,7 @@ def test_tensor_lists_get_gradients(tier, request):
         # of backward's result with the inputs ("Expected the return from backward to be of the
         # same structure as the inputs"); fixed in later releases (measured: 2.15 works).
         request.node.add_marker(pytest.mark.xfail(strict=True, raises=RuntimeError))
+
     @make(tier, "total")
     def total(xs: Sequence[torch.Tensor], w: Optional[torch.Tensor] = None) -> torch.Tensor:
         out = sum(x.clone() for x in xs)

@@ -106,6 +106,7 @@ _transforms_active: Callable[[], bool] = getattr(
     torch._C, "_are_functorch_transforms_active", lambda: False
 )
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_grad_enabled = torch.is_grad_enabled
 _DEVICE_KEYS = {"cpu": "CPU", "cuda": "CUDA", "mps": "MPS", "xpu": "XPU"}
 
 # --------------------------------------------------------------------------- schema inference
@@ -396,6 +397,12 @@ class CustomOp:
         self.__module__ = getattr(fn, "__module__", __name__)
         self.__wrapped__ = fn
         self._eager_fn = _autograd_function(self, dispatched=False)
+        self._simple_fn = _simple_function(self)
+        self._arity = len(self._positional)
+        self._first_tensor = next(
+            (i for i, p in enumerate(params) if _resolve(p.annotation, fn) is torch.Tensor), -1
+        )
+        self._update_simple()
         self._library: Any = None
         self._opoverload: Any = None
         self._registered_keys: set = set()
@@ -408,10 +415,41 @@ class CustomOp:
     # ---------------------------------------------------------------- calling
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._simple and not kwargs and len(args) == self._arity:
+            # The common case, kept short: plain eager call of a single-kernel, non-mutating op.
+            first = args[self._first_tensor] if self._first_tensor >= 0 else None
+            if (first is None or not first.is_meta) and (
+                self._opoverload is None or self._eager_ok(args, kwargs)
+            ):
+                if _grad_enabled() and any(
+                    isinstance(a, torch.Tensor) and a.requires_grad for a in args
+                ):
+                    return self._simple_fn.apply(*args)
+                return self._simple_kernel(*args)
         if self._opoverload is not None and not self._eager_ok(args, kwargs):
             return self._opoverload(*args, **kwargs)
         inputs, keyword_only = self._bind(args, kwargs)
         return self._apply(inputs, keyword_only, self._eager_fn)
+
+    def _simple_kernel(self, *args: Any) -> Any:
+        out = self._init_fn(*args)
+        if isinstance(out, torch.Tensor):
+            for a in args:
+                if isinstance(a, torch.Tensor) and (out is a or _shares_memory(out, a)):
+                    self._check_no_alias(args, out)  # raises with the full message
+            return out
+        self._check_no_alias(args, out)
+        return out
+
+    def _update_simple(self) -> None:
+        """Whether calls may take the short path in ``__call__`` (see there)."""
+        self._simple = (
+            not self._keyword_only
+            and not self._mutated
+            and not self._autocast
+            and "[]" not in self._schema
+            and list(self._kernels) == [None]
+        )
 
     def _eager_ok(self, args: tuple, kwargs: dict) -> bool:
         """Whether a call may skip the dispatcher: plain tensors, no tracing, modes, transforms."""
@@ -546,6 +584,7 @@ class CustomOp:
         def register(kernel: Callable) -> Callable:
             for device in _device_types(device_types) or ():
                 self._kernels[device] = kernel
+                self._update_simple()
                 if self._library is not None:
                     self._impl_once(_DEVICE_KEYS.get(device, device.upper()), self._device_kernel)
             return kernel
@@ -603,6 +642,7 @@ class CustomOp:
                 f"torch {torch.__version__}, got {device_type!r}"
             )
         self._autocast[device_type] = cast_inputs
+        self._update_simple()
 
     # ---------------------------------------------------------------- the dispatcher
 
@@ -715,6 +755,54 @@ def _autograd_function(op: CustomOp, dispatched: bool) -> Any:
 
     Op.__name__ = Op.__qualname__ = f"CustomOp_{op._namespace}_{op._name}"
     return function(Op)
+
+
+def _simple_function(op: CustomOp) -> Any:
+    """The autograd Function of the short call path: the op's own positional parameters, one
+    kernel, no lists, no keyword-only parameters, no mutation."""
+    n_inputs = len(op._positional)
+
+    class Op(torch.autograd.Function):
+        @staticmethod
+        def forward(*args: Any) -> Any:
+            return op._simple_kernel(*args)
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+            setup = op._setup_context
+            if setup is not None:
+                setup(ctx, inputs, output)
+
+        @staticmethod
+        def backward(ctx: Any, *grads: Any) -> Any:
+            if op._backward is None:
+                raise RuntimeError(
+                    f"Trying to backward through {op._namespace}.{op._name}.default but no "
+                    "autograd formula was registered. Please use register_autograd to add one."
+                )
+            result = op._backward(ctx, *grads)
+            if (len(result) if isinstance(result, tuple) else 1) != n_inputs:
+                raise RuntimeError(
+                    f"The backward formula for {op._qualname} returned an incorrect number of "
+                    f"gradients (expected {n_inputs}, got "
+                    f"{len(result) if isinstance(result, tuple) else 1}). Expected one gradient "
+                    "for each forward input. Use None for inputs that do not require a gradient."
+                )
+            return result
+
+    Op.__name__ = Op.__qualname__ = f"CustomOp_{op._namespace}_{op._name}"
+    return function(Op)
+
+
+def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Cheap alias test: same data pointer, or (for views) the same storage."""
+    if a.is_meta or b.is_meta:
+        return False
+    if a.data_ptr() == b.data_ptr() and a.numel():
+        return True
+    if a._base is None and b._base is None:
+        return False
+    return _storage_ptr(a) == _storage_ptr(b)
 
 
 def _regrad(result: tuple, ctx: Any) -> List[Any]:
