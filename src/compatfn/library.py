@@ -710,7 +710,6 @@ def _autograd_function(op: CustomOp, dispatched: bool) -> Any:
     ``dispatched``: forward redispatches to the operator below autograd (the ``Autograd`` kernel
     of a registered op); else it runs the kernel directly (eager calls of the op object).
     """
-    n_inputs = len(op._positional)
 
     def run(call: _Call, flat: tuple) -> Any:
         inputs = _unflatten(flat, call.layout)
@@ -738,29 +737,35 @@ def _autograd_function(op: CustomOp, dispatched: bool) -> Any:
 
         @staticmethod
         def backward(ctx: Any, *grads: Any) -> Any:
-            if op._backward is None:
-                raise RuntimeError(
-                    f"Trying to backward through {op._namespace}.{op._name}.default but no "
-                    "autograd formula was registered. Please use register_autograd to add one."
-                )
-            result = op._backward(ctx, *grads)
-            result = result if isinstance(result, tuple) else (result,)
-            if len(result) != n_inputs:
-                raise RuntimeError(
-                    f"The backward formula for {op._qualname} returned an incorrect number of "
-                    f"gradients (expected {n_inputs}, got {len(result)}). Expected one gradient "
-                    "for each forward input. Use None for inputs that do not require a gradient."
-                )
-            return (None, *_regrad(result, ctx))
+            result = _user_backward(op, ctx, grads)
+            return (None, *_regrad(result if isinstance(result, tuple) else (result,), ctx))
 
     Op.__name__ = Op.__qualname__ = f"CustomOp_{op._namespace}_{op._name}"
     return function(Op)
 
 
+def _user_backward(op: CustomOp, ctx: Any, grads: tuple) -> Any:
+    """Run the registered backward; torch's errors when there is none or it miscounts."""
+    if op._backward is None:
+        raise RuntimeError(
+            f"Trying to backward through {op._namespace}.{op._name}.default but no "
+            "autograd formula was registered. Please use register_autograd to add one."
+        )
+    result = op._backward(ctx, *grads)
+    got = len(result) if isinstance(result, tuple) else 1
+    expected = len(op._positional)
+    if got != expected:
+        raise RuntimeError(
+            f"The backward formula for {op._qualname} returned an incorrect number of "
+            f"gradients (expected {expected}, got {got}). Expected one gradient for each "
+            "forward input. Use None for inputs that do not require a gradient."
+        )
+    return result
+
+
 def _simple_function(op: CustomOp) -> Any:
     """The autograd Function of the short call path: the op's own positional parameters, one
     kernel, no lists, no keyword-only parameters, no mutation."""
-    n_inputs = len(op._positional)
 
     class Op(torch.autograd.Function):
         @staticmethod
@@ -775,20 +780,7 @@ def _simple_function(op: CustomOp) -> Any:
 
         @staticmethod
         def backward(ctx: Any, *grads: Any) -> Any:
-            if op._backward is None:
-                raise RuntimeError(
-                    f"Trying to backward through {op._namespace}.{op._name}.default but no "
-                    "autograd formula was registered. Please use register_autograd to add one."
-                )
-            result = op._backward(ctx, *grads)
-            if (len(result) if isinstance(result, tuple) else 1) != n_inputs:
-                raise RuntimeError(
-                    f"The backward formula for {op._qualname} returned an incorrect number of "
-                    f"gradients (expected {n_inputs}, got "
-                    f"{len(result) if isinstance(result, tuple) else 1}). Expected one gradient "
-                    "for each forward input. Use None for inputs that do not require a gradient."
-                )
-            return result
+            return _user_backward(op, ctx, grads)
 
     Op.__name__ = Op.__qualname__ = f"CustomOp_{op._namespace}_{op._name}"
     return function(Op)
