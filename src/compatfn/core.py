@@ -106,8 +106,16 @@ def env_forces_legacy() -> bool:
 
 _Function = torch.autograd.Function
 _MISSING: Any = object()
-_INFO = "__autograd_compat__"  # attribute holding the decoration record on a decorated class
-_TORCH_BASES = frozenset(_Function.__mro__)
+
+
+# === torch facts =============================================================================
+# Every fact about the running torch that this module's behaviour depends on, detected at import.
+# This block is the only code that reads TORCH_VERSION; the rest of the module (and every module
+# built on it) reads the names below. Each version-based flag gives the upstream issue
+# or PR on a line of its own, in one greppable form:
+#     # Upstream: https://github.com/pytorch/pytorch/...
+# so that `grep -n "Upstream:" core.py` lists every torch quirk and where it lives. Long
+# explanations are written once as a `# NOTE: [name]` and referenced with `See NOTE: [name]`.
 
 
 def _parse_version(version: str) -> Tuple[int, int]:
@@ -117,66 +125,171 @@ def _parse_version(version: str) -> Tuple[int, int]:
     return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
 
 
+#: ``(major, minor)`` of the running torch, e.g. ``(2, 15)``. Read only by the flags of this block.
 TORCH_VERSION = _parse_version(torch.__version__)
 
-# --- what the running torch offers, detected once at import -------------------------------------
+# --- autograd.Function API (feature-detected) ---
 
-# torch >= 2.0: ``setup_context`` exists and torch's apply runs forward without ctx when a class
-# overrides it.
+#: torch >= 2.0: ``setup_context`` exists; torch runs forward without ctx when a class defines it.
+# Upstream: https://github.com/pytorch/pytorch/pull/89859
 HAS_SETUP_CONTEXT = hasattr(_Function, "setup_context")
 _BASE_SETUP_CONTEXT = inspect.getattr_static(_Function, "setup_context", None)
 
-# The C-level apply (``_C._FunctionBase.apply``). Calling it bound to a class skips torch's Python
-# ``Function.apply`` wrapper (torch 2.0-2.14).
-_C_APPLY = torch._C._FunctionBase.__dict__["apply"]
-# torch's own ``Function.apply``: a Python classmethod on torch 2.0-2.14; torch 1.x and torch 2.15+
-# expose the C-level apply directly (2.15 moved default binding into C++, which still calls
-# ``inspect.signature(forward).bind`` for every setup_context-style call).
-_TORCH_APPLY = inspect.getattr_static(_Function, "apply")
-_C_APPLY_BINDS = HAS_SETUP_CONTEXT and _TORCH_APPLY is _C_APPLY
+#: torch >= 1.9: ``vjp`` is an alias of ``backward`` (torch 1.8 knows only ``backward``).
+HAS_VJP_ALIAS = hasattr(_Function, "vjp")
 
-# torch >= 2.0: torch.func transforms. torch's own apply must handle calls made under them.
-_transforms_active: Callable[[], bool] = getattr(
-    torch._C, "_are_functorch_transforms_active", lambda: False
+#: torch >= 1.11: ``ctx.save_for_forward`` (forward-mode AD reads saved tensors in ``jvp``).
+CTX_HAS_SAVE_FOR_FORWARD = hasattr(torch.autograd.function.BackwardCFunction, "save_for_forward")
+
+#: torch >= 1.13: functorch ships in torch; its transforms reject every autograd.Function on 1.13.
+HAS_FUNCTORCH = hasattr(torch._C, "_are_functorch_transforms_active")
+
+#: torch >= 2.0: ``torch.func`` transforms run autograd.Functions (``generate_vmap_rule``/``vmap``).
+HAS_TORCH_FUNC = importlib.util.find_spec("torch.func") is not None and hasattr(
+    _Function, "generate_vmap_rule"
 )
+
+# The C-level apply (``_C._FunctionBase.apply``). Calling it bound to a class skips torch's Python
+# ``Function.apply`` wrapper (torch 2.0-2.14). torch's own ``Function.apply`` is that Python
+# classmethod on torch 2.0-2.14; torch 1.x and torch 2.15+ expose the C-level apply directly.
+_C_APPLY = torch._C._FunctionBase.__dict__["apply"]
+_TORCH_APPLY = inspect.getattr_static(_Function, "apply")
+
+#: torch >= 2.15: the C-level apply binds defaults itself, calling ``inspect.signature(forward)
+#: .bind`` on every setup_context-style call (2.2-2.14 did it in the Python apply).
+# Upstream: https://github.com/pytorch/pytorch/pull/190694
+C_APPLY_BINDS_DEFAULTS = HAS_SETUP_CONTEXT and _TORCH_APPLY is _C_APPLY
+
+#: torch >= 2.2: ``inputs`` holds forward's defaults and torch then expects one gradient per
+#: parameter, defaulted ones included (2.0-2.1 passed only the arguments given). See NOTE:
+#: [gradient padding].
+# Upstream: https://github.com/pytorch/pytorch/pull/108561
+APPLY_FILLS_DEFAULTS = HAS_SETUP_CONTEXT and TORCH_VERSION >= (2, 2)
+
+# torch 2.0-2.14 unwrap dead functorch wrappers in Function.apply; apply here does the same.
 _unwrap_dead_wrappers: Optional[Callable[[tuple], tuple]]
-try:  # torch 2.0-2.14 unwrap dead functorch wrappers in Function.apply; do exactly the same.
+try:
     from torch._functorch.utils import unwrap_dead_wrappers as _unwrap_dead_wrappers
 except ImportError:  # torch 1.x (no functorch in core)
     _unwrap_dead_wrappers = None
 
+# --- torch.compile / dynamo ---
 
-# torch >= 2.3: torch.compiler.is_compiling; 2.0-2.2: torch._utils.is_compiling. Dynamo reads
-# either as True while it traces; in eager code they return False.
-_is_compiling: Callable[[], bool] = getattr(
+#: torch 2.0-2.3: dynamo rejects setup_context-style Functions ("NYI - autograd.Function with
+#: custom setup_context method"); the legacy form compiles. See NOTE: [dynamo traces the
+#: legacy-form copy].
+# Upstream: https://github.com/pytorch/pytorch/issues/118397
+DYNAMO_REJECTS_SETUP_CONTEXT = HAS_SETUP_CONTEXT and TORCH_VERSION < (2, 4)
+
+#: torch 2.4-2.5: dynamo calls a setup_context-style forward with a ctx when no input requires
+#: grad ("ArgsMismatchError: too many positional arguments"); fixed in 2.6.
+# Upstream: https://github.com/pytorch/pytorch/issues/133529
+# Upstream: https://github.com/pytorch/pytorch/pull/137809
+DYNAMO_PASSES_CTX_WITHOUT_GRAD = HAS_SETUP_CONTEXT and (2, 4) <= TORCH_VERSION < (2, 6)
+
+#: Where dynamo mishandles the setup_context style, the code dynamo runs itself traces a
+#: legacy-form copy of the class instead. See NOTE: [dynamo traces the legacy-form copy].
+DYNAMO_NEEDS_LEGACY_FORM = DYNAMO_REJECTS_SETUP_CONTEXT or DYNAMO_PASSES_CTX_WITHOUT_GRAD
+
+#: torch >= 2.4: a direct ``Fn.apply(...)`` of a setup_context-style class compiles.
+COMPILES_SETUP_CONTEXT = HAS_SETUP_CONTEXT and not DYNAMO_REJECTS_SETUP_CONTEXT
+
+#: torch 2.1-2.3: dynamo cannot read ``ctx.needs_input_grad`` while tracing backward.
+# Upstream: https://github.com/pytorch/pytorch/issues/119059
+# Upstream: https://github.com/pytorch/pytorch/pull/123700
+DYNAMO_CANNOT_READ_NEEDS_INPUT_GRAD = HAS_SETUP_CONTEXT and TORCH_VERSION < (2, 4)
+
+#: torch 2.3.x: the first torch.func transform of a Function in a process imports torch._dynamo
+#: lazily, under the transform, and that import draws random numbers, which vmap refuses.
+#: ``prepare_torch_func()`` imports it beforehand.
+# Upstream: https://github.com/pytorch/pytorch/issues/128607
+FUNC_NEEDS_DYNAMO_IMPORTED = TORCH_VERSION == (2, 3)
+
+# --- automatic mixed precision ---
+
+#: torch >= 2.4: ``torch.amp.custom_fwd/custom_bwd`` and ``torch.get_autocast_dtype(device)``.
+HAS_DEVICE_GENERIC_AMP = hasattr(getattr(torch, "amp", None), "custom_fwd") and hasattr(
+    torch, "get_autocast_dtype"
+)
+#: torch >= 1.10: ``torch.autocast`` with a dtype choice, and CPU autocast.
+HAS_TORCH_AUTOCAST = hasattr(torch, "autocast")
+HAS_CPU_AUTOCAST = hasattr(torch, "is_autocast_cpu_enabled")
+
+# --- run-time state (cheap calls, no decisions) ---
+
+#: Whether torch.func transforms are active (always False before torch 1.13).
+transforms_active: Callable[[], bool] = getattr(
+    torch._C, "_are_functorch_transforms_active", lambda: False
+)
+
+#: Whether dynamo traces or non-strict torch.export runs this code (torch >= 2.3:
+#: ``torch.compiler.is_compiling``; 2.0-2.2: ``torch._utils.is_compiling``; False before).
+is_compiling: Callable[[], bool] = getattr(
     getattr(torch, "compiler", None),
     "is_compiling",
     getattr(getattr(torch, "_utils", None), "is_compiling", lambda: False),
 )
-# NOTE: [dynamo traces the legacy-form twin]
-# Where dynamo mishandles setup_context-style Functions, the code paths dynamo runs itself
-# (``torch.compile(Fn.apply)``, ``functional(Fn)``, an ``apply`` stored as an attribute) hand it
-# the class's legacy-form twin instead, which every dynamo traces:
-# - torch 2.1-2.3 reject the style ("NYI - autograd.Function with custom setup_context method"):
-#   https://github.com/pytorch/pytorch/issues/118397
-# - torch 2.4-2.5 call its forward with a ctx when no input requires grad ("ArgsMismatchError:
-#   too many positional arguments"): https://github.com/pytorch/pytorch/issues/133529, fixed for
-#   2.6 by https://github.com/pytorch/pytorch/pull/137809
-# A direct ``Fn.apply(...)`` in compiled code is intercepted by dynamo before this module runs, so
-# those torch bugs stay there.
-DYNAMO_NEEDS_LEGACY_FORM = HAS_SETUP_CONTEXT and TORCH_VERSION < (2, 6)
-# torch >= 2.3: true only while dynamo traces. is_compiling() is also true while non-strict
-# torch.export runs the module's Python code for real, where ``Fn.apply`` is not intercepted and
-# must run as in eager mode.
-_dynamo_tracing: Callable[[], bool] = getattr(
-    getattr(torch, "compiler", None), "is_dynamo_compiling", _is_compiling
+
+#: Whether dynamo traces this code (torch >= 2.3 ``torch.compiler.is_dynamo_compiling``; before,
+#: ``is_compiling``). False while non-strict torch.export runs the module's Python code for real.
+dynamo_tracing: Callable[[], bool] = getattr(
+    getattr(torch, "compiler", None), "is_dynamo_compiling", is_compiling
 )
 
 
+def prepare_torch_func() -> None:
+    """Do what this torch needs before a first torch.func transform (import torch._dynamo on
+    torch 2.3.x, see ``FUNC_NEEDS_DYNAMO_IMPORTED``); nothing elsewhere.
+
+    Example::
+
+        prepare_torch_func()
+        torch.func.vmap(fn)(x)
+    """
+    if FUNC_NEEDS_DYNAMO_IMPORTED:
+        importlib.import_module("torch._dynamo")
+
+
 @functools.lru_cache(maxsize=None)
-def _non_tensor_outputs() -> bool:
+def dynamo_unsupported() -> Optional[str]:
+    """``None`` where torch.compile can run here, else why not (no torch.compile before 2.0;
+    dynamo needs a Python this torch supports). Imports torch._dynamo at the first call.
+
+    Example::
+
+        if dynamo_unsupported() is None:
+            torch.compile(fn, fullgraph=True)
+    """
+    if not hasattr(torch, "compile"):
+        return f"torch {torch.__version__} has no torch.compile (needs torch >= 2.0)"
+    try:
+        with warnings.catch_warnings():  # torch 2.15 warns about torch.jit while importing dynamo
+            warnings.simplefilter("ignore")
+            dynamo = importlib.import_module("torch._dynamo")
+    except Exception as error:  # pragma: no cover - broken install
+        return f"torch._dynamo fails to import ({type(error).__name__}: {error})"
+    # torch 2.0 has only eval_frame.check_if_dynamo_supported (raises); 2.1+ is_dynamo_supported.
+    check = getattr(getattr(dynamo, "eval_frame", None), "check_if_dynamo_supported", None)
+    try:
+        if check is not None:
+            check()
+        elif not getattr(dynamo, "is_dynamo_supported", lambda: True)():
+            raise RuntimeError("dynamo is not supported here")
+    except Exception as error:
+        version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        return f"torch {torch.__version__} on Python {version}: {error}"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def non_tensor_outputs() -> bool:
     """Whether forward may return non-tensors (torch >= 1.9; 1.8 raises "expected Tensor or tuple
-    of Tensor"). Probed once, at the first decoration that needs to know."""
+    of Tensor"). Probed once, at the first call. See NOTE: [non-tensor outputs on torch 1.8].
+
+    Example::
+
+        non_tensor_outputs()  # False on torch 1.8 only
+    """
 
     class Probe(_Function):
         @staticmethod
@@ -192,6 +305,18 @@ def _non_tensor_outputs() -> bool:
     except TypeError:
         return False
     return True
+
+
+# NOTE: [dynamo traces the legacy-form copy]
+# Where dynamo mishandles setup_context-style Functions (DYNAMO_REJECTS_SETUP_CONTEXT on 2.0-2.3,
+# DYNAMO_PASSES_CTX_WITHOUT_GRAD on 2.4-2.5), the code paths dynamo runs itself
+# (``torch.compile(Fn.apply)``, ``functional(Fn)``, an ``apply`` stored as an attribute) hand it
+# the class's legacy-form copy instead, which every dynamo traces. A direct ``Fn.apply(...)`` in
+# compiled code is intercepted by dynamo before this module runs, so those torch bugs stay there.
+
+
+_RECORD = "_autograd_compat_decoration"  # class attribute holding what decoration decided
+_TORCH_BASES = frozenset(_Function.__mro__)
 
 
 # --- argument binding --------------------------------------------------------------------------
@@ -352,7 +477,7 @@ def _user_attribute(cls: type, name: str) -> Any:
     for klass in cls.__mro__:
         if klass in _TORCH_BASES or klass.__module__ == "torch.autograd.function":
             return _MISSING
-        record = klass.__dict__.get(_INFO)
+        record = klass.__dict__.get(_RECORD)
         if record is not None and name in record.originals:
             value = record.originals[name]
         else:
@@ -362,8 +487,16 @@ def _user_attribute(cls: type, name: str) -> Any:
     return _MISSING
 
 
-def _defined(cls: type, name: str) -> bool:
-    """True when the user's code between ``cls`` and torch's own classes defines ``name``."""
+def defines(cls: type, name: str) -> bool:
+    """True when the user's code between ``cls`` and torch's own classes defines ``name``.
+
+    Methods that decoration installed do not count; those the user wrote before it do.
+
+    Example::
+
+        defines(ClippedReLU, "setup_context")  # True
+        defines(ClippedReLU, "jvp")  # False: only torch's base class has one
+    """
     return _user_attribute(cls, name) is not _MISSING
 
 
@@ -454,7 +587,7 @@ class _Info:
 
 
 def _info(cls: Any) -> _Info:
-    info = cls.__dict__.get(_INFO) if isinstance(cls, type) else None
+    info = cls.__dict__.get(_RECORD) if isinstance(cls, type) else None
     if info is None:
         name = getattr(cls, "__qualname__", repr(cls))
         raise TypeError(f"{name} is not decorated with @function; decorate the class first.")
@@ -497,7 +630,7 @@ def _complete_gradients(cls: type, backward: Callable, binder: _Binder, expand: 
             return result
         if not isinstance(result, tuple):  # torch accepts a bare gradient for one input
             result = (result,)
-        if not _is_compiling():
+        if not is_compiling():
             needs = ctx.needs_input_grad
             for i in range(count, total):
                 if needs[i]:
@@ -633,14 +766,12 @@ def _accept_save_for_forward(cls: type) -> None:
     torch 1.10, whose forward AD runs ``jvp`` without saved tensors, ``jvp`` then raises a clear
     error instead of failing on an empty ``ctx.saved_tensors``."""
     backward_cls = cls._backward_cls  # type: ignore[attr-defined]
-    if hasattr(backward_cls, "save_for_forward"):
-        return
 
     def save_for_forward(self: Any, *tensors: Any) -> None:
         self._saved_for_forward_needs_torch_1_11 = True
 
     backward_cls.save_for_forward = save_for_forward
-    if not _defined(cls, "jvp"):
+    if not defines(cls, "jvp"):
         return
     user_jvp, name = cls.jvp, cls.__qualname__  # type: ignore[attr-defined]
 
@@ -665,7 +796,7 @@ _NOT_COPIED = frozenset(
         "__qualname__",
         "__slots__",
         "_backward_cls",
-        _INFO,
+        _RECORD,
     ]
 )
 
@@ -807,20 +938,20 @@ def _apply(
         def apply(*args: Any, **kwargs: Any) -> Any:
             if kwargs or not low <= len(args) <= high:
                 args = bind(args, kwargs)
-            if _transforms_active():
+            if transforms_active():
                 raise RuntimeError(refuse)
             return run(*args)
 
     else:
 
         def apply(*args: Any, **kwargs: Any) -> Any:
-            if _dynamo_tracing():  # a constant while dynamo traces; the code below is not traceable
+            if dynamo_tracing():  # a constant while dynamo traces; the code below is not traceable
                 if kwargs or not low <= len(args) <= high:
                     args = bind_traceable(args, kwargs)
                 return traced.apply(*args)
             if kwargs or not low <= len(args) <= high:
                 args = bind(args, kwargs)
-            if _transforms_active():
+            if transforms_active():
                 if native is not None:
                     return native(*args)
                 if refuse is not None:
@@ -960,7 +1091,7 @@ def _decorate(cls: Any, legacy: Optional[bool]) -> Any:
     _check_is_function_class(cls)
     name = cls.__qualname__
     user = {method: _user_attribute(cls, method) for method in _METHODS}
-    existing = cls.__dict__.get(_INFO)
+    existing = cls.__dict__.get(_RECORD)
     if existing is not None:  # decorating twice is harmless; contradicting the first is not
         mode, _ = _requested_mode(existing.style, legacy)
         if legacy is not None and mode != existing.mode:
@@ -974,7 +1105,7 @@ def _decorate(cls: Any, legacy: Optional[bool]) -> Any:
     style, binder, forward = _style_and_binder(cls, user)
     mode, forced = _requested_mode(style, legacy)
     info = _Info(forward, mode, style, binder, forced)
-    setattr(cls, _INFO, info)
+    setattr(cls, _RECORD, info)
     # The class states the user's methods itself, not the adapters a decorated base installed.
     for method, attr in user.items():
         if attr is not _MISSING and inspect.getattr_static(cls, method) is not attr:
@@ -996,12 +1127,12 @@ def _decorate(cls: Any, legacy: Optional[bool]) -> Any:
 def _install_setup_context_style(cls: Any, info: _Info, forward: Callable) -> None:
     """Complete backward's gradients; give the class (legacy mode) or a twin the legacy form."""
     binder = info.binder
-    user_name = "backward" if _defined(cls, "backward") else "vjp"
+    user_name = "backward" if defines(cls, "backward") else "vjp"
     backward = getattr(cls, user_name)
-    expand = info.mode == "legacy" and not _non_tensor_outputs()
+    expand = info.mode == "legacy" and not non_tensor_outputs()
     backward = _complete_gradients(cls, backward, binder, expand)
     # Wrap whichever of backward / vjp (its alias, torch >= 1.9) the class defines.
-    target = user_name if hasattr(_Function, "vjp") else "backward"  # torch 1.8: no vjp alias
+    target = user_name if HAS_VJP_ALIAS else "backward"  # torch 1.8: no vjp alias
     if backward is not getattr(cls, target):
         _set(cls, info, target, staticmethod(backward))
     setup_context = _autocast_setup_context(cls, info, forward)
@@ -1009,10 +1140,10 @@ def _install_setup_context_style(cls: Any, info: _Info, forward: Callable) -> No
         finish = _tensors_for_torch if expand else None
         for key, value in _legacy_form(forward, setup_context, finish).items():
             _set(cls, info, key, value)
-        if not hasattr(cls._backward_cls, "save_for_forward"):
+        if not CTX_HAS_SAVE_FOR_FORWARD:
             info.originals.setdefault("jvp", cls.__dict__.get("jvp", _MISSING))
             _accept_save_for_forward(cls)
-    elif _C_APPLY_BINDS or DYNAMO_NEEDS_LEGACY_FORM:
+    elif C_APPLY_BINDS_DEFAULTS or DYNAMO_NEEDS_LEGACY_FORM:
         info.twin = _make_twin(cls, forward, setup_context)
 
 
@@ -1029,20 +1160,17 @@ def _build_apply(cls: Any, info: _Info) -> Callable:
         refuse = None
         if style == "setup_context" and HAS_SETUP_CONTEXT:  # forced onto the legacy path
             refuse = _refusal(name)
-        elif style == "setup_context" and hasattr(torch._C, "_are_functorch_transforms_active"):
+        elif style == "setup_context" and HAS_FUNCTORCH:
             refuse = (  # torch 1.13 bundles functorch, which rejects every autograd.Function
                 f"{name}: functorch transforms (vmap, grad, jacrev, jvp) support custom "
                 f"autograd.Functions from torch 2.0 on (torch.func); this is torch "
                 f"{torch.__version__}. Upgrade torch to use {name} under transforms."
             )
-        reassemble = style == "setup_context" and not _non_tensor_outputs()
+        reassemble = style == "setup_context" and not non_tensor_outputs()
         return _apply(binder, torch_apply, refuse=refuse, traced=traced, reassemble=reassemble)
-    if mode == "native" and (2, 3) <= TORCH_VERSION < (2, 4):
-        # torch 2.3.x: the first torch.func transform of a Function in a process imports
-        # torch._dynamo lazily, under the transform, and that import draws random numbers, which
-        # vmap refuses (pytorch #128607). Import it now, outside any transform.
-        importlib.import_module("torch._dynamo")
-    if _C_APPLY_BINDS:
+    if mode == "native":
+        prepare_torch_func()
+    if C_APPLY_BINDS_DEFAULTS:
         # torch >= 2.15 binds defaults inside its C-level apply, calling inspect.signature(forward)
         # .bind on every call. The legacy-form twin runs forward and setup_context identically
         # without that cost; torch.func and torch.compile use the class itself.
@@ -1108,7 +1236,7 @@ def functional(cls: Any) -> Callable[..., Any]:
 
     @functools.wraps(forward)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if _dynamo_tracing():  # a constant while dynamo traces
+        if dynamo_tracing():  # a constant while dynamo traces
             # Dynamo intercepts ``cls.apply`` and takes no keywords there: bind them here.
             return traced.apply(*bind(args, kwargs))
         return apply(*args, **kwargs)
@@ -1130,14 +1258,14 @@ def functional(cls: Any) -> Callable[..., Any]:
 
 def _autocast_api(device_type: str) -> Tuple[Callable, Callable, Callable]:
     """(is_enabled(), dtype(), autocast(enabled, dtype)) for ``device_type`` on this torch."""
-    if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4: device-generic autocast queries
+    if HAS_DEVICE_GENERIC_AMP:  # device-generic autocast queries
         return (
             functools.partial(torch.is_autocast_enabled, device_type),
             functools.partial(torch.get_autocast_dtype, device_type),
             lambda enabled, dtype: torch.autocast(device_type, enabled=enabled, dtype=dtype),
         )
     if device_type == "cuda":
-        if hasattr(torch, "autocast"):  # torch >= 1.10: dtype choice (bfloat16 too)
+        if HAS_TORCH_AUTOCAST:  # dtype choice (bfloat16 too)
             return (
                 torch.is_autocast_enabled,
                 torch.get_autocast_gpu_dtype,
@@ -1148,7 +1276,7 @@ def _autocast_api(device_type: str) -> Tuple[Callable, Callable, Callable]:
             lambda: torch.float16,
             lambda enabled, dtype: torch.cuda.amp.autocast(enabled=enabled),
         )
-    if device_type == "cpu" and hasattr(torch, "is_autocast_cpu_enabled"):  # torch >= 1.10
+    if device_type == "cpu" and HAS_CPU_AUTOCAST:
         return (
             torch.is_autocast_cpu_enabled,
             torch.get_autocast_cpu_dtype,
@@ -1194,7 +1322,7 @@ _FunctionCtx: type = (
 
 def _autocast_ctx_forward(fwd: Callable, device_type: str, cast_inputs: Any) -> Callable:
     """custom_fwd for ``forward(ctx, *args)``: torch's own where it has one for the device."""
-    if hasattr(getattr(torch, "amp", None), "custom_fwd"):  # torch >= 2.4
+    if HAS_DEVICE_GENERIC_AMP:
         return torch.amp.custom_fwd(fwd, device_type=device_type, cast_inputs=cast_inputs)
     if device_type == "cuda":  # torch < 2.4 (no deprecation warning there)
         return torch.cuda.amp.custom_fwd(fwd, cast_inputs=cast_inputs)
@@ -1295,7 +1423,7 @@ def custom_bwd(bwd: Optional[Callable] = None, *, device_type: str) -> Any:
     if bwd is None:
         return functools.partial(custom_bwd, device_type=device_type)
     _, _, autocast = _autocast_api(device_type)
-    if hasattr(getattr(torch, "amp", None), "custom_bwd"):  # torch >= 2.4
+    if HAS_DEVICE_GENERIC_AMP:
         wrapped = torch.amp.custom_bwd(bwd, device_type=device_type)
     elif device_type == "cuda":
         wrapped = torch.cuda.amp.custom_bwd(bwd)
@@ -1444,73 +1572,47 @@ def _probe_forward_ad() -> bool:
 
 
 def _compile_support() -> str:
-    if not hasattr(torch, "compile"):
-        return "unavailable: torch.compile needs torch >= 2.0"
-    try:
-        with warnings.catch_warnings():  # torch 2.15 warns about torch.jit while importing dynamo
-            warnings.simplefilter("ignore")
-            import torch._dynamo as dynamo
-    except Exception as error:  # pragma: no cover - broken install
-        return f"unavailable: torch._dynamo fails to import ({error})"
-    # torch 2.0 has only eval_frame.check_if_dynamo_supported (raises); 2.1+ is_dynamo_supported.
-    check = getattr(getattr(dynamo, "eval_frame", None), "check_if_dynamo_supported", None)
-    try:
-        if check is not None:
-            check()
-        elif not getattr(dynamo, "is_dynamo_supported", lambda: True)():
-            raise RuntimeError("dynamo is not supported here")
-    except Exception as error:
-        return (
-            f"unavailable: torch {torch.__version__} on Python "
-            f"{sys.version_info[0]}.{sys.version_info[1]}: {error}"
-        )
-    # Only a version tells: torch 2.4 compiles setup_context-style Functions (pytorch #118397);
-    # 2.1-2.3 raise "NYI - autograd.Function with custom setup_context method".
-    if TORCH_VERSION >= (2, 4):
-        return (
-            "native: functional(Fn) and Fn.apply compile with fullgraph=True (keywords to a "
-            "direct Fn.apply(...) call need torch >= 2.13 or functional(Fn))"
-        )
-    return (
-        "functional: functional(Fn), torch.compile(Fn.apply) and legacy=True classes compile; "
-        "a direct Fn.apply(...) call in compiled code of a setup_context-style class does not "
-        "(pytorch #118397)"
-    )
+    """``"native"``, ``"functional"`` or ``"unavailable"``: see ``features()``."""
+    if dynamo_unsupported() is not None:
+        return "unavailable"
+    return "native" if COMPILES_SETUP_CONTEXT else "functional"
 
 
-def _export_support() -> str:
-    """``"strict, non-strict"``, ``"strict"`` (torch 2.1: no ``strict=`` parameter) or
-    ``"unavailable"`` (torch < 2.1)."""
+def _export_modes() -> Tuple[str, ...]:
+    """The torch.export modes this torch has: strict from 2.1, non-strict (``strict=``) from 2.2."""
     export = getattr(getattr(torch, "export", None), "export", None)
     if export is None:
-        return "unavailable"
+        return ()
     if "strict" in inspect.signature(export).parameters:
-        return "strict, non-strict"
-    return "strict"
+        return ("strict", "non-strict")
+    return ("strict",)
 
 
 def features() -> Dict[str, Any]:
-    """Report what the running torch offers for custom Functions, each feature detected.
+    """Report what the running torch offers for custom Functions, as data.
 
-    Each probed feature is True, False, or ``"error: <why>"`` when its probe failed unexpectedly.
+    ``torch`` is the version string; ``setup_context``, ``torch_func``, ``amp_device_generic`` and
+    ``cpu_autocast`` are booleans; the probed ``apply_kwargs``, ``default_binding`` and
+    ``forward_ad`` are True, False, or ``"error: <why>"`` when the probe failed unexpectedly;
+    ``compile`` is ``"native"`` (a direct ``Fn.apply`` of a setup_context-style class compiles),
+    ``"functional"`` (only ``functional(Fn)``, ``torch.compile(Fn.apply)`` and legacy-form classes
+    compile) or ``"unavailable"``; ``export`` is the tuple of torch.export modes, e.g.
+    ``("strict", "non-strict")``. The command-line report explains each entry.
 
     Example::
 
         >>> features()["setup_context"]
         True
     """
-    amp = getattr(torch, "amp", None)
-    cpu_autocast = getattr(getattr(torch, "cpu", None), "amp", None)
     return {
         "torch": str(torch.__version__),
         "setup_context": HAS_SETUP_CONTEXT,
         "apply_kwargs": _probe(_probe_kwargs),
         "default_binding": HAS_SETUP_CONTEXT and _probe(_probe_defaults),
         "forward_ad": _probe(_probe_forward_ad),
-        "torch_func": importlib.util.find_spec("torch.func") is not None
-        and hasattr(_Function, "generate_vmap_rule"),
+        "torch_func": HAS_TORCH_FUNC,
         "compile": _compile_support(),
-        "export": _export_support(),
-        "amp_device_generic": hasattr(amp, "custom_fwd"),
-        "cpu_autocast": cpu_autocast is not None and hasattr(cpu_autocast, "autocast"),
+        "export": _export_modes(),
+        "amp_device_generic": HAS_DEVICE_GENERIC_AMP,
+        "cpu_autocast": HAS_CPU_AUTOCAST,
     }

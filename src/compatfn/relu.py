@@ -38,7 +38,7 @@ from typing import Any, Callable, Optional, Tuple
 import torch
 
 import compatfn
-from compatfn.core import _is_compiling
+from compatfn.core import is_compiling as _is_compiling
 
 __all__ = [
     "BitReLU",
