@@ -16,6 +16,11 @@ weighs most; reported, no target) and ``fwd+bwd`` (with ``torch.autograd.grad``)
   equivalent hand-written ``forward(ctx, ...)`` Function called positionally. Targets: <= 1.10x
   positional, <= 1.30x keyword.
 
+* custom operator (issue 11): ``compatfn.custom_op`` with ``register_autograd`` vs a
+  hand-written legacy ``forward(ctx, ...)`` Function doing the same (``HandLegacy``), called
+  positionally and with a keyword. Target on torch 1.x-2.3 (where compatfn builds the op):
+  <= 1.2x. On torch >= 2.4 the op is torch's own ``CustomOpDef``: reported, no target.
+
 All rows are measured in the same process, in alternating rounds of short blocks; the fastest
 block of each row is kept (the estimate least disturbed by other load on a shared machine).
 """
@@ -33,6 +38,7 @@ from torch.utils.benchmark import Timer
 
 import compatfn
 from compatfn.core import APPLY_FILLS_DEFAULTS, HAS_SETUP_CONTEXT
+from compatfn.library import HAS_TORCH_CUSTOM_OP
 
 
 def make_new() -> type:
@@ -113,7 +119,28 @@ def _rows() -> List[Tuple[str, str, str, str]]:
             "hand-written legacy (positional)",
         ),
     ]
+    rows += [
+        ("op", "custom_op (positional)", "Op(x, 2.0)", "hand-written legacy (positional)"),
+        ("op", "custom_op (keyword)", "Op(x, scale=2.0)", "hand-written legacy (positional)"),
+    ]
     return rows
+
+
+def make_op() -> Any:
+    """The same computation as ``HandLegacy``, as a ``compatfn.custom_op``."""
+
+    @compatfn.custom_op("compatfn_bench::scale", mutates_args=())
+    def scale(x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
+        return x * scale
+
+    def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
+        ctx.scale = inputs[1]
+
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[torch.Tensor, None]:
+        return grad * ctx.scale, None
+
+    scale.register_autograd(backward, setup_context=setup_context)
+    return scale
 
 
 def PHASES(stmt: str, x0: torch.Tensor, xg: torch.Tensor) -> List[Tuple[str, str, torch.Tensor]]:
@@ -138,6 +165,8 @@ def _targets(kind: str, label: str, phase: str) -> Optional[float]:
         return 1.10
     if kind == "legacy" and label.startswith("compatfn legacy (keyword)"):
         return 1.30
+    if kind == "op" and label == "custom_op (positional)" and not HAS_TORCH_CUSTOM_OP:
+        return 1.2
     return None
 
 
@@ -147,6 +176,7 @@ def measure(rounds: int, min_run_time: float) -> List[Dict[str, Any]]:
         env["Plain"] = make_new()
         env["Native"] = compatfn.function(make_new())
     env["Legacy"] = compatfn.function(make_new(), legacy=True)
+    env["Op"] = make_op()
     x0 = torch.ones(1)
     xg = torch.ones(1, requires_grad=True)
     g = torch.ones(1)
@@ -176,10 +206,18 @@ def measure(rounds: int, min_run_time: float) -> List[Dict[str, Any]]:
                     "ratio": t / best[(base, phase)],
                     "baseline": base,
                     "target": _targets(kind, label, phase),
-                    "mode": compatfn.mode(env["Native" if kind == "native" else "Legacy"]),
+                    "mode": _mode(kind, env),
                 }
             )
     return out
+
+
+def _mode(kind: str, env: Dict[str, Any]) -> str:
+    if kind == "op":
+        from compatfn.library import TIER
+
+        return "op:" + TIER
+    return compatfn.mode(env["Native" if kind == "native" else "Legacy"])
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -196,7 +234,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         f"{platform.python_version()}, 1-element CPU tensor, µs per call (best of {rounds})"
     )
     rows = measure(rounds, mrt)
-    print(f"{'path':7} {'call':34} {'phase':12} {'µs':>8} {'ratio':>6}  target")
+    print(f"{'path':14} {'call':34} {'phase':12} {'µs':>8} {'ratio':>6}  target")
     for r in rows:
         target = (
             ""
@@ -204,7 +242,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             else (f"<= {r['target']}x: {'ok' if r['ratio'] <= r['target'] else 'MISSED'}")
         )
         print(
-            f"{r['mode']:7} {r['label']:34} {r['phase']:12} {r['us']:8.2f} {r['ratio']:6.2f}  "
+            f"{r['mode']:14} {r['label']:34} {r['phase']:12} {r['us']:8.2f} {r['ratio']:6.2f}  "
             f"{target}"
         )
     if args.json:

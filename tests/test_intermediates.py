@@ -338,12 +338,12 @@ def test_compile_fullgraph(options, call):
     else:
         op = softmax.apply if call == "direct" else compatfn.functional(softmax)
         compiled = torch.compile(lambda t: op(t) * 2, backend="aot_eager", fullgraph=True)
-    x = torch.randn(3, 5, requires_grad=True)
+    x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
     y = compiled(x)
     expected = torch.softmax(x, -1) * (1 if call == "compiled-apply" else 2)
     _close(y, expected)
-    (grad,) = torch.autograd.grad((y * torch.arange(5.0)).sum(), x)
-    (want,) = torch.autograd.grad((expected * torch.arange(5.0)).sum(), x)
+    (grad,) = torch.autograd.grad((y * torch.arange(5.0, dtype=torch.float64)).sum(), x)
+    (want,) = torch.autograd.grad((expected * torch.arange(5.0, dtype=torch.float64)).sum(), x)
     _close(grad, want)
 
 

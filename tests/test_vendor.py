@@ -299,12 +299,15 @@ def test_package_imports_torch_only_when_its_api_is_used():
 
 
 def test_package_exports_exactly_the_public_modules_names():
-    """``compatfn.__all__`` is ``__version__`` plus core's ``__all__``, each name core's object."""
+    """``compatfn.__all__`` is ``__version__`` plus core's and library's ``__all__``, each name
+    that module's object."""
     import compatfn
+    from compatfn import library
 
-    assert compatfn.__all__ == ["__version__", *core.__all__]
-    for name in core.__all__:
-        assert getattr(compatfn, name) is getattr(core, name)
+    assert compatfn.__all__ == ["__version__", *core.__all__, *library.__all__]
+    for module in (core, library):
+        for name in module.__all__:
+            assert getattr(compatfn, name) is getattr(module, name)
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         compatfn.nothing_here  # noqa: B018
 

@@ -31,9 +31,9 @@ from compatfn import _exports
 __version__ = "0.1.0"
 
 # The public API is ``__version__`` and the ``__all__`` of the modules in
-# ``_exports.PUBLIC_MODULES`` (core's), read from their source. ``__all__`` and the names are
-# resolved on first use (PEP 562), so that ``import compatfn`` and commands that need no torch,
-# such as ``python -m compatfn vendor``, never import it.
+# ``_exports.PUBLIC_MODULES`` (core's and library's), read from their source. ``__all__`` and
+# the names are resolved on first use (PEP 562), so that ``import compatfn`` and commands that need
+# no torch, such as ``python -m compatfn vendor``, never import it.
 
 if TYPE_CHECKING:  # for type checkers, which cannot run the code below; a test keeps it in step
     from compatfn.core import as_legacy as as_legacy
@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # for type checkers, which cannot run the code below; a test 
     from compatfn.core import function as function
     from compatfn.core import functional as functional
     from compatfn.core import mode as mode
+    from compatfn.library import custom_op as custom_op
 
 
 @functools.lru_cache(maxsize=None)

@@ -12,8 +12,8 @@ import importlib.util
 from typing import Dict, List
 
 #: The modules whose ``__all__`` is part of ``compatfn``'s own public API, in order. A module
-#: added here (e.g. ``"library"``) needs its names in ``__init__``'s ``TYPE_CHECKING`` block too.
-PUBLIC_MODULES = ("core",)
+#: added here needs its names in ``__init__``'s ``TYPE_CHECKING`` block too.
+PUBLIC_MODULES = ("core", "library")
 
 
 def names_in_all(source: str) -> List[str]:

@@ -772,3 +772,11 @@ def saved_bytes(fn: Any, *inputs: Any, **kwargs: Any) -> int:
             key, nbytes = _storage_key_and_bytes(t)
             seen_old[key] = nbytes
     return sum(seen_old.values())
+
+
+# --------------------------------------------------------------------------- custom operators
+# ``opcheck`` lives in compatfn.library (torch's own on torch >= 2.4, compatfn's subset before).
+# check_function takes an op made by compatfn.custom_op as the plain callable it is.
+from compatfn.library import opcheck  # noqa: E402
+
+__all__ += ["opcheck"]
