@@ -24,7 +24,7 @@ import torch
 
 import compatfn
 import compatfn.testing
-from compatfn import library
+from compatfn import core, library
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 TIERS = [
@@ -37,12 +37,12 @@ TIERS = [
     if ok
 ]
 _names = itertools.count()
-TORCH_MINOR = tuple(int(p) for p in str(torch.__version__).split("+")[0].split(".")[:2])
+TORCH_MINOR = core.TORCH_VERSION
 
 
 def compiles() -> Optional[str]:
     """``None`` where this torch compiles, else why not."""
-    return library._compile_unsupported()
+    return core.dynamo_unsupported()
 
 
 def fresh(tier: str) -> str:

@@ -50,7 +50,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import torch
 
-from compatfn.core import function
+from compatfn.core import dynamo_unsupported, function, is_compiling, transforms_active
 
 # What ``compatfn`` itself re-exports; ``CustomOp``, ``TIER``, ``infer_schema`` and ``opcheck``
 # (also ``compatfn.testing.opcheck``) are used from this module.
@@ -94,18 +94,10 @@ _GUARD_IS_CONTEXT = hasattr(_BelowAutograd, "__enter__")
 #: Which implementation :func:`custom_op` uses on the running torch (see the module docstring).
 TIER = "torch" if HAS_TORCH_CUSTOM_OP else ("registered" if HAS_LIBRARY else "function")
 
-_is_compiling: Callable[[], bool] = getattr(
-    getattr(torch, "compiler", None),
-    "is_compiling",
-    getattr(getattr(torch, "_utils", None), "is_compiling", lambda: False),
-)
 _dispatch_mode_count: Callable[[], int] = getattr(
     torch._C,
     "_len_torch_dispatch_stack",
     lambda: int(getattr(torch._C, "_get_torch_dispatch_mode", lambda: None)() is not None),
-)
-_transforms_active: Callable[[], bool] = getattr(
-    torch._C, "_are_functorch_transforms_active", lambda: False
 )
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _grad_enabled = torch.is_grad_enabled
@@ -455,7 +447,7 @@ class CustomOp:
 
     def _eager_ok(self, args: tuple, kwargs: dict) -> bool:
         """Whether a call may skip the dispatcher: plain tensors, no tracing, modes, transforms."""
-        if _is_compiling() or _dispatch_mode_count() or _transforms_active():
+        if is_compiling() or _dispatch_mode_count() or transforms_active():
             return False
         for t in _tensors_in(args):
             if type(t) not in _PLAIN_TENSORS:
@@ -1086,22 +1078,10 @@ def _check_faketensor(op: CustomOp, args: tuple, kwargs: dict) -> Optional[str]:
     return None
 
 
-def _compile_unsupported() -> Optional[str]:
-    if not hasattr(torch, "compile"):
-        return f"torch {torch.__version__} has no torch.compile (torch >= 2.0)"
-    try:
-        from torch._dynamo.eval_frame import check_if_dynamo_supported
-
-        check_if_dynamo_supported()
-    except (ImportError, RuntimeError) as exc:
-        return f"torch.compile unsupported here: {exc}"
-    return None
-
-
 def _check_aot_dispatch_dynamic(op: CustomOp, args: tuple, kwargs: dict) -> Optional[str]:
     if op._opoverload is None:
         return "the op is not registered with the dispatcher on this torch (no torch.compile)"
-    why = _compile_unsupported()
+    why = dynamo_unsupported()
     if why:
         return why
     if op._mutated and not _has_auto_functionalize():

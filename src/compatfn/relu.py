@@ -38,7 +38,7 @@ from typing import Any, Callable, Optional, Tuple
 import torch
 
 import compatfn
-from compatfn.core import TORCH_VERSION, is_compiling, transforms_active
+from compatfn.core import BACKWARD_RETRACED_BY_MAKE_FX, is_compiling, transforms_active
 
 __all__ = [
     "BitReLU",
@@ -183,7 +183,7 @@ def _not_tracing() -> bool:
 # outside dynamo, where ``is_compiling()`` is False but ``torch.fx`` reports the trace. (Newer
 # torch traces it with dynamo only, and warns on ``is_fx_tracing``: not consulted there.)
 _fx_tracing: Callable[[], bool] = _not_tracing
-if (2, 1) <= TORCH_VERSION < (2, 3):
+if BACKWARD_RETRACED_BY_MAKE_FX:
     import torch.fx
 
     _fx_tracing = torch.fx._symbolic_trace.is_fx_tracing
