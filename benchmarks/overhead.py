@@ -73,6 +73,44 @@ class HandLegacy(torch.autograd.Function):
         return grad * ctx.scale, None
 
 
+class HandWithScratch(torch.autograd.Function):
+    """A hand-written legacy Function that returns an intermediate its caller slices off."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, scale: float = 2.0) -> Any:  # type: ignore[override]
+        ctx.scale = scale
+        scratch = x * 0
+        ctx.mark_non_differentiable(scratch)
+        return x * scale, scratch
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor, _: Any) -> Tuple[torch.Tensor, None]:  # type: ignore[override]
+        return grad * ctx.scale, None
+
+
+def hand_sliced(x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
+    return HandWithScratch.apply(x, scale)[0]  # type: ignore[no-any-return]
+
+
+def make_intermediates() -> type:
+    """The same Function with ``intermediates=1``: the scratch value reaches setup_context."""
+
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(x: torch.Tensor, scale: float = 2.0) -> Any:
+            return x * scale, x * 0
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
+            ctx.scale = inputs[1]
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> Tuple[torch.Tensor, None]:
+            return grad * ctx.scale, None
+
+    return compatfn.function(Scale, intermediates=1)
+
+
 def _rows() -> List[Tuple[str, str, str, str]]:
     """(kind, label, statement, baseline label)."""
     rows: List[Tuple[str, str, str, str]] = []
@@ -117,6 +155,20 @@ def _rows() -> List[Tuple[str, str, str, str]]:
             "compatfn legacy (default)",
             "Legacy.apply(x)",
             "hand-written legacy (positional)",
+        ),
+    ]
+    rows += [
+        (
+            "intermediates",
+            "hand-written, sliced (positional)",
+            "hand_sliced(x, 2.0)",
+            "hand-written, sliced (positional)",
+        ),
+        (
+            "intermediates",
+            "compatfn intermediates=1 (positional)",
+            "Inter.apply(x, 2.0)",
+            "hand-written, sliced (positional)",
         ),
     ]
     rows += [
@@ -165,13 +217,20 @@ def _targets(kind: str, label: str, phase: str) -> Optional[float]:
         return 1.10
     if kind == "legacy" and label.startswith("compatfn legacy (keyword)"):
         return 1.30
+    if kind == "intermediates" and label.startswith("compatfn"):
+        return 1.10
     if kind == "op" and label == "custom_op (positional)" and not HAS_TORCH_CUSTOM_OP:
         return 1.2
     return None
 
 
 def measure(rounds: int, min_run_time: float) -> List[Dict[str, Any]]:
-    env: Dict[str, Any] = {"HandLegacy": HandLegacy, "grad": torch.autograd.grad}
+    env: Dict[str, Any] = {
+        "HandLegacy": HandLegacy,
+        "hand_sliced": hand_sliced,
+        "Inter": make_intermediates(),
+        "grad": torch.autograd.grad,
+    }
     if HAS_SETUP_CONTEXT:
         env["Plain"] = make_new()
         env["Native"] = compatfn.function(make_new())
@@ -217,6 +276,8 @@ def _mode(kind: str, env: Dict[str, Any]) -> str:
         from compatfn.library import TIER
 
         return "op:" + TIER
+    if kind == "intermediates":
+        return compatfn.mode(env["Inter"])
     return compatfn.mode(env["Native" if kind == "native" else "Legacy"])
 
 
