@@ -94,7 +94,7 @@ def test_inductor():
 @pytest.mark.parametrize("legacy", [None, True], ids=["default-path", "legacy-forced"])
 def test_inputs_without_grad(legacy):
     """torch 2.4-2.5 dynamo calls a setup_context-style forward with a ctx when no input requires
-    grad (pytorch #133529): the paths compatfn runs under dynamo trace the legacy-form twin."""
+    grad (pytorch #133529): the paths compatfn runs under dynamo trace the legacy-form copy."""
     import torch._dynamo
 
     class HandWritten(torch.autograd.Function):  # the baseline: torch itself must compile it

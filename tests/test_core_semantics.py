@@ -107,7 +107,7 @@ def test_environment_variable_read_at_decoration(monkeypatch, value, forced):
     assert torch.equal(Env.apply(torch.ones(2)), torch.ones(2))
 
 
-def test_legacy_twin_agrees_with_class(device):
+def test_legacy_variant_agrees_with_class(device):
     x = double(7, device=device)
     legacy = compatfn.as_legacy(ClippedReLU)
     assert compatfn.mode(legacy) == "legacy"
