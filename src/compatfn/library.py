@@ -50,7 +50,13 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import torch
 
-from compatfn.core import dynamo_unsupported, function, is_compiling, transforms_active
+from compatfn.core import (
+    HAS_SETUP_CONTEXT,
+    dynamo_unsupported,
+    function,
+    is_compiling,
+    transforms_active,
+)
 
 # What ``compatfn`` itself re-exports; ``CustomOp``, ``TIER``, ``infer_schema`` and ``opcheck``
 # (also ``compatfn.testing.opcheck``) are used from this module.
@@ -62,10 +68,15 @@ __all__ = ["custom_op"]
 #: ``torch.library.custom_op`` (torch >= 2.4, https://github.com/pytorch/pytorch/pull/122344):
 #: hand everything to torch.
 HAS_TORCH_CUSTOM_OP = hasattr(getattr(torch, "library", None), "custom_op")
-#: ``torch.library.Library`` (torch >= 1.13; 1.8-1.12 have no ``torch.library`` module, or one
-#: without ``define``): operators can be defined from Python.
-HAS_LIBRARY = hasattr(getattr(torch, "library", None), "Library") and hasattr(
-    getattr(torch, "library", None), "define"
+#: ``torch.library.Library`` with ``define`` and the below-autograd redispatch guard
+#: ``torch._C._AutoDispatchBelowAutograd`` (torch >= 1.13): operators can be defined from Python
+#: and given an Autograd kernel. torch 1.8 has no ``torch.library``; torch 1.12 has ``Library``
+#: but not the guard (and its schema parser rejects schemas 1.13+ accept), so it takes the
+#: ``function`` tier (measured: the registered tier failed there).
+HAS_LIBRARY = (
+    hasattr(getattr(torch, "library", None), "Library")
+    and hasattr(getattr(torch, "library", None), "define")
+    and hasattr(torch._C, "_AutoDispatchBelowAutograd")
 )
 #: torch's ``opcheck`` as a public API (torch >= 2.4); torch 2.1-2.3 ship the same function under
 #: ``torch.testing._internal.optests`` (https://github.com/pytorch/pytorch/pull/103063).
@@ -391,11 +402,9 @@ class CustomOp:
         self.__module__ = getattr(fn, "__module__", __name__)
         self.__wrapped__ = fn
         self._eager_fn = _autograd_function(self, dispatched=False)
-        self._simple_fn = _simple_function(self)
         self._arity = len(self._positional)
-        self._first_tensor = next(
-            (i for i, p in enumerate(params) if _resolve(p.annotation, fn) is torch.Tensor), -1
-        )
+        self._tensor_positions = _plain_tensor_positions(fn, params)
+        self._tensor_index: Tuple[int, ...] = self._tensor_positions or ()
         self._update_simple()
         self._library: Any = None
         self._opoverload: Any = None
@@ -410,20 +419,42 @@ class CustomOp:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._simple and not kwargs and len(args) == self._arity:
-            # The common case, kept short: plain eager call of a single-kernel, non-mutating op.
-            first = args[self._first_tensor] if self._first_tensor >= 0 else None
-            if (first is None or not first.is_meta) and (
-                self._opoverload is None or self._eager_ok(args, kwargs)
-            ):
-                if _grad_enabled() and any(
-                    isinstance(a, torch.Tensor) and a.requires_grad for a in args
-                ):
-                    return self._simple_fn.apply(*args)
+            # The common case, kept short: plain eager call of a single-kernel, non-mutating op
+            # whose tensor parameters are all plain ``Tensor`` (positions known in advance).
+            tensors = [args[i] for i in self._tensor_index]
+            if self._plain_call(tensors):
+                for t in tensors:
+                    if t.requires_grad and _grad_enabled():
+                        out = self._simple_apply(*args)
+                        if type(out) is not torch.Tensor or out._base is not None:
+                            return self._checked_output(args, out)
+                        pointer = out.data_ptr()
+                        for a in tensors:
+                            if a.data_ptr() == pointer:
+                                return self._checked_output(args, out)
+                        return out
                 return self._simple_kernel(*args)
         if self._opoverload is not None and not self._eager_ok(args, kwargs):
             return self._opoverload(*args, **kwargs)
         inputs, keyword_only = self._bind(args, kwargs)
         return self._apply(inputs, keyword_only, self._eager_fn)
+
+    def _plain_call(self, tensors: List[Any]) -> bool:
+        """Whether the short path applies: real (non-meta) plain tensors and, for a registered
+        op, nothing that needs the dispatcher (tracing, modes, transforms)."""
+        for t in tensors:
+            if type(t) not in _PLAIN_TENSORS or t.is_meta:
+                return False
+        if self._opoverload is None:
+            return True
+        return not (is_compiling() or _dispatch_mode_count() or transforms_active())
+
+    def _checked_output(self, args: tuple, out: Any) -> Any:
+        """``out`` after the check that it aliases no input (torch's rule for custom ops)."""
+        for a in args:
+            if isinstance(a, torch.Tensor) and (out is a or _shares_memory(out, a)):
+                self._check_no_alias(args, out)  # raises with the full message
+        return out
 
     def _simple_kernel(self, *args: Any) -> Any:
         out = self._init_fn(*args)
@@ -436,14 +467,25 @@ class CustomOp:
         return out
 
     def _update_simple(self) -> None:
-        """Whether calls may take the short path in ``__call__`` (see there)."""
+        """Whether calls may take the short path in ``__call__`` (see there), and its Function."""
         self._simple = (
             not self._keyword_only
             and not self._mutated
             and not self._autocast
             and "[]" not in self._schema
+            and "Tensor?" not in self._schema
             and list(self._kernels) == [None]
+            and self._tensor_positions is not None
         )
+        if self._simple:
+            self._simple_fn = _simple_function(self)
+            # torch 1.x: the decorated class has the legacy form and every argument is given:
+            # torch's own C-level apply runs it without compatfn's binding frame.
+            self._simple_apply = (
+                self._simple_fn.apply
+                if HAS_SETUP_CONTEXT
+                else torch._C._FunctionBase.__dict__["apply"].__get__(None, self._simple_fn)
+            )
 
     def _eager_ok(self, args: tuple, kwargs: dict) -> bool:
         """Whether a call may skip the dispatcher: plain tensors, no tracing, modes, transforms."""
@@ -614,6 +656,7 @@ class CustomOp:
             )
         self._backward = backward
         self._setup_context = setup_context
+        self._update_simple()
 
     def register_vmap(self, func: Optional[Callable] = None, /) -> Callable:
         """A ``torch.func.vmap`` rule. ``torch.func`` works on custom ops from torch 2.4 only:
@@ -759,18 +802,16 @@ def _user_backward(op: CustomOp, ctx: Any, grads: tuple) -> Any:
 
 def _simple_function(op: CustomOp) -> Any:
     """The autograd Function of the short call path: the op's own positional parameters, one
-    kernel, no lists, no keyword-only parameters, no mutation."""
+    kernel, no lists, no keyword-only parameters, no mutation. Its forward is the kernel itself
+    and its setup_context the registered one (the alias check runs in ``CustomOp.__call__``)."""
+    user_setup_context = op._setup_context
+
+    def no_setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        pass
 
     class Op(torch.autograd.Function):
-        @staticmethod
-        def forward(*args: Any) -> Any:
-            return op._simple_kernel(*args)
-
-        @staticmethod
-        def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
-            setup = op._setup_context
-            if setup is not None:
-                setup(ctx, inputs, output)
+        forward = staticmethod(op._init_fn)
+        setup_context = staticmethod(user_setup_context or no_setup_context)
 
         @staticmethod
         def backward(ctx: Any, *grads: Any) -> Any:
@@ -778,6 +819,19 @@ def _simple_function(op: CustomOp) -> Any:
 
     Op.__name__ = Op.__qualname__ = f"CustomOp_{op._namespace}_{op._name}"
     return function(Op)
+
+
+def _plain_tensor_positions(fn: Callable, params: List[inspect.Parameter]) -> Optional[tuple]:
+    """Positions of the parameters annotated ``Tensor``, or None when another parameter could
+    hold a tensor (Optional/Sequence of Tensor, unannotated), so the short path does not apply."""
+    positions = []
+    for i, p in enumerate(params):
+        annotation = _resolve(p.annotation, fn)
+        if annotation is torch.Tensor:
+            positions.append(i)
+        elif annotation not in (int, float, bool, str, torch.dtype, torch.device):
+            return None
+    return tuple(positions)
 
 
 def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
