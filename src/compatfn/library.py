@@ -51,7 +51,6 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import torch
 
 from compatfn.core import (
-    HAS_SETUP_CONTEXT,
     dynamo_unsupported,
     function,
     is_compiling,
@@ -101,6 +100,8 @@ def _bump_version(t: torch.Tensor) -> None:
 #: torch >= 2.1, a plain guard object (active while alive) on 1.13 and 2.0 (measured).
 _BelowAutograd: Any = getattr(torch._C, "_AutoDispatchBelowAutograd", None)
 _GUARD_IS_CONTEXT = hasattr(_BelowAutograd, "__enter__")
+#: torch's C-level ``Function.apply``: no binding, no transform checks (the caller has done them).
+_C_APPLY = torch._C._FunctionBase.__dict__["apply"]
 
 #: Which implementation :func:`custom_op` uses on the running torch (see the module docstring).
 TIER = "torch" if HAS_TORCH_CUSTOM_OP else ("registered" if HAS_LIBRARY else "function")
@@ -479,13 +480,10 @@ class CustomOp:
         )
         if self._simple:
             self._simple_fn = _simple_function(self)
-            # torch 1.x: the decorated class has the legacy form and every argument is given:
-            # torch's own C-level apply runs it without compatfn's binding frame.
-            self._simple_apply = (
-                self._simple_fn.apply
-                if HAS_SETUP_CONTEXT
-                else torch._C._FunctionBase.__dict__["apply"].__get__(None, self._simple_fn)
-            )
+            # The short path has every argument, plain tensors and no tracing or transforms, so
+            # torch's C-level apply runs the class (legacy form on 1.x, setup_context style on
+            # 2.0-2.3) without compatfn's binding and dispatch checks.
+            self._simple_apply = _C_APPLY.__get__(None, self._simple_fn)
 
     def _eager_ok(self, args: tuple, kwargs: dict) -> bool:
         """Whether a call may skip the dispatcher: plain tensors, no tracing, modes, transforms."""
