@@ -82,7 +82,7 @@ def test_tier_follows_feature_detection():
         expected = "registered"
     else:
         expected = "function"
-    assert library.TIER == expected
+    assert expected == library.TIER
     assert compatfn.custom_op is library.custom_op
 
 
@@ -240,13 +240,7 @@ def test_undeclared_mutation_fails_opcheck(tier):
 
 
 @pytest.mark.parametrize("tier", TIERS)
-def test_tensor_lists_get_gradients(tier, request):
-    if tier == "torch" and TORCH_MINOR == (2, 4):
-        # torch 2.4's own custom_op appends its metadata gradient before comparing the structure
-        # of backward's result with the inputs ("Expected the return from backward to be of the
-        # same structure as the inputs"); fixed in later releases (measured: 2.15 works).
-        request.node.add_marker(pytest.mark.xfail(strict=True, raises=RuntimeError))
-
+def test_tensor_lists_get_gradients(tier):
     @make(tier, "total")
     def total(xs: Sequence[torch.Tensor], w: Optional[torch.Tensor] = None) -> torch.Tensor:
         out = sum(x.clone() for x in xs)
@@ -257,7 +251,15 @@ def test_tensor_lists_get_gradients(tier, request):
         setup_context=lambda ctx, inputs, output: setattr(ctx, "n", len(inputs[0])),
     )
     a, b = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
-    ga, gb = torch.autograd.grad(total([a, b]).sum(), (a, b))
+    try:
+        ga, gb = torch.autograd.grad(total([a, b]).sum(), (a, b))
+    except RuntimeError as error:
+        # The torch tier is torch's own custom_op: torch 2.4-2.8 (measured) append its metadata
+        # gradient before comparing backward's result with the inputs ("Expected the return from
+        # backward to be of the same structure as the inputs"); 2.15 works.
+        if tier == "torch" and "same structure as the inputs" in str(error):
+            pytest.xfail(f"torch {torch.__version__}'s own custom_op: {error}")
+        raise
     assert torch.equal(ga, torch.ones(3)) and torch.equal(gb, torch.ones(3))
 
 

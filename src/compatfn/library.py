@@ -857,29 +857,18 @@ def _regrad(result: tuple, ctx: Any) -> List[Any]:
 # --------------------------------------------------------------------------- public entry
 
 
+# NOTE: [string annotations]
+# torch's own schema inference mishandles string annotations (``from __future__ import
+# annotations``): torch 2.4 rejects every one ("Parameter x has unsupported type torch.Tensor",
+# https://github.com/pytorch/pytorch/issues/105157, partly fixed by
+# https://github.com/pytorch/pytorch/pull/128809 for 2.5), and torch 2.5-2.8 (measured) still fail
+# on ``"Optional[torch.Tensor]"`` and ``"Sequence[torch.Tensor]"`` ("'str' object has no attribute
+# '__origin__'"). For a function with string annotations compatfn always hands torch the schema it
+# inferred itself (the same text torch infers for real annotations).
+
+
 def _has_string_annotations(fn: Callable) -> bool:
     return any(isinstance(a, str) for a in getattr(fn, "__annotations__", {}).values())
-
-
-@functools.lru_cache(maxsize=None)
-def _torch_reads_strings() -> bool:
-    """Whether torch's schema inference understands string annotations (``from __future__ import
-    annotations``). torch 2.4 rejects them ("Parameter x has unsupported type torch.Tensor"),
-    https://github.com/pytorch/pytorch/issues/105157, fixed by
-    https://github.com/pytorch/pytorch/pull/128809 (torch 2.5); compatfn then passes the schema it
-    inferred itself. Probed once, at the first ``custom_op`` that needs to know."""
-    infer = getattr(torch.library, "infer_schema", None)
-    if infer is None:
-        infer = importlib.import_module("torch._custom_op.impl").infer_schema
-
-    def probe(x: "torch.Tensor") -> "torch.Tensor":  # noqa: UP037 - strings on purpose
-        return x
-
-    try:
-        infer(probe, mutates_args=())
-    except ValueError:
-        return False
-    return True
 
 
 def custom_op(
@@ -920,8 +909,8 @@ def _custom_op(
 
         def define(f: Callable) -> Any:
             given = schema
-            if given is None and _has_string_annotations(f) and not _torch_reads_strings():
-                given = infer_schema(f, mutates_args)  # torch 2.4: pytorch #105157
+            if given is None and _has_string_annotations(f):
+                given = infer_schema(f, mutates_args)  # See NOTE: [string annotations]
             return torch.library.custom_op(  # type: ignore[attr-defined]
                 name, f, mutates_args=mutates_args, device_types=device_types, schema=given
             )
