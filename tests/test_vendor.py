@@ -229,7 +229,20 @@ def test_report_command():
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"on torch {torch.__version__}" in done.stdout
     assert "path taken: " in done.stdout
-    assert "\n5 passed, 0 failed" in done.stdout or "\n10 passed, 0 failed" in done.stdout
+    from compatfn import __main__ as cli
+    from compatfn import library
+
+    checks = len(cli._selfcheck_cases()) * (2 if torch.cuda.is_available() else 1)
+    assert f"\n{checks} passed, 0 failed" in done.stdout
+    assert f"custom_op tier: {library.TIER} (" in done.stdout
+
+
+def test_report_into_a_closed_pipe_is_not_a_traceback():
+    # `true` exits without reading; the report is written seconds later, into a closed pipe.
+    command = f"'{sys.executable}' -m compatfn; echo status=$? >&2"
+    done = subprocess.run(["bash", "-c", f"({command}) | true"], capture_output=True, text=True)
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+    assert done.stderr.strip().endswith("status=1"), done.stderr
 
 
 def test_report_json_and_failing_selfcheck(capsys, monkeypatch):
@@ -243,6 +256,8 @@ def test_report_json_and_failing_selfcheck(capsys, monkeypatch):
     assert data["path"] in ("native", "legacy")
     assert data["features"]["torch"] == str(torch.__version__)
     assert data["selfcheck"] and all(row["ok"] for row in data["selfcheck"])
+    assert data["custom_op"] in cli.CUSTOM_OP_NOTES
+    assert "clipped_relu_op(x, clip=1.0)" in [row["check"] for row in data["selfcheck"]]
 
     def broken(cls, kwargs, device):
         raise AssertionError("gradcheck returned False")
@@ -253,22 +268,36 @@ def test_report_json_and_failing_selfcheck(capsys, monkeypatch):
     assert "FAIL" in out and "0 passed" in out
 
 
-def test_selfcheck_is_check_function_on_the_reference_suite(monkeypatch):
+def test_selfcheck_is_check_function_and_opcheck_on_the_reference_suites(monkeypatch):
     from compatfn import __main__ as cli
-    from compatfn import testing
+    from compatfn import relu, relu_ops, testing
 
     seen = []
 
     def recording(fn, *inputs, kwargs=None, checks=None, **options):
-        seen.append((fn.__name__, kwargs, tuple(checks)))
-        return testing.CheckReport(fn.__name__, str(torch.__version__))
+        seen.append((fn, kwargs, tuple(checks)))
+        return testing.CheckReport(str(fn), str(torch.__version__))
+
+    opchecked = []
+
+    def recording_opcheck(op, args, kwargs=None, *, test_utils=(), **options):
+        opchecked.append((op, kwargs, tuple(test_utils)))
+        return {}
 
     monkeypatch.setattr(testing, "check_function", recording)
+    monkeypatch.setattr(testing, "opcheck", recording_opcheck)
     rows = cli.selfcheck()
     assert rows and all(row["ok"] for row in rows)
-    names = [cls.__name__ for cls, _ in cli._selfcheck_cases()]
-    assert [name for name, _, _ in seen][: len(names)] == names
-    assert ("ClippedReLU", {"clip": 1.0}, cli.SELFCHECKS) in seen
+    targets = [target for _, target, _ in cli._selfcheck_cases()]
+    assert [fn for fn, _, _ in seen][: len(targets)] == targets
+    assert (relu.ClippedReLU, {"clip": 1.0}, cli.SELFCHECKS) in seen
+    numerical = cli.SELFCHECKS[:3]
+    assert (relu_ops.clipped_relu_op, {"clip": 1.0}, numerical) in seen
+    assert (relu_ops.mask_relu_op, {}, numerical) in seen
+    assert opchecked[:2] == [
+        (relu_ops.clipped_relu_op, {"clip": 1.0}, cli.SELFCHECK_OPCHECKS),
+        (relu_ops.mask_relu_op, {}, cli.SELFCHECK_OPCHECKS),
+    ]
 
 
 @pytest.mark.parametrize("value", ["native", "functional", "unavailable"])

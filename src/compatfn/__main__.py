@@ -8,22 +8,23 @@ Examples::
     python -m compatfn vendor mypkg/_autograd_compat.py  # write the vendorable core
     python -m compatfn migrate src/mypkg --write  # legacy Functions -> setup_context style
 
-Exit status: 0 success, 1 a failed self-check or a file that cannot be written, 2 a usage error
-(bad arguments, an existing destination without ``--force``, a bad ``COMPATFN_LEGACY``). ``vendor``
-never imports torch.
+Exit status: 0 success, 1 a failed self-check, a file that cannot be written or a stdout closed
+early (``| head``), 2 a usage error (bad arguments, an existing destination without ``--force``, a
+bad ``COMPATFN_LEGACY``). ``vendor`` never imports torch.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import textwrap
 import time
 import traceback
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import compatfn
 from compatfn import _exports
@@ -93,22 +94,27 @@ def vendor(dest: Path, force: bool = False) -> Path:
 # --- report and self-check ---------------------------------------------------------------------
 
 
-def _selfcheck_cases() -> List[tuple]:
-    """(Function, keyword arguments) of the reference suite, one keyword call included."""
-    from compatfn import relu
+def _selfcheck_cases() -> List[Tuple[str, Any, Dict[str, Any]]]:
+    """(label, Function or operator, keyword arguments) of the reference suites: the Functions of
+    :mod:`compatfn.relu` and the ``compatfn.custom_op`` operators of :mod:`compatfn.relu_ops`."""
+    from compatfn import relu, relu_ops
 
     return [
-        (relu.ReLU, {}),
-        (relu.ClippedReLU, {"clip": 1.0}),
-        (relu.MaskReLU, {}),
-        (relu.InplaceReLU, {}),
-        (relu.BitReLU, {}),
+        ("ReLU", relu.ReLU, {}),
+        ("ClippedReLU", relu.ClippedReLU, {"clip": 1.0}),
+        ("MaskReLU", relu.MaskReLU, {}),
+        ("InplaceReLU", relu.InplaceReLU, {}),
+        ("BitReLU", relu.BitReLU, {}),
+        ("clipped_relu_op", relu_ops.clipped_relu_op, {"clip": 1.0}),
+        ("mask_relu_op", relu_ops.mask_relu_op, {}),
     ]
 
 
 #: What the self-check runs of :func:`compatfn.testing.check_function`: the numerical checks and
-#: native-vs-legacy parity (no torch.compile or vmap: the report stays fast).
+#: native-vs-legacy parity (no torch.compile or vmap: the report stays fast). Operators get the
+#: numerical checks and the :func:`compatfn.testing.opcheck` tests in :data:`SELFCHECK_OPCHECKS`.
 SELFCHECKS = ("forward", "gradcheck", "gradgradcheck", "parity")
+SELFCHECK_OPCHECKS = ("test_schema", "test_autograd_registration", "test_faketensor")
 
 
 def _input(device: str) -> Any:
@@ -119,32 +125,40 @@ def _input(device: str) -> Any:
     return base.to(device).requires_grad_()
 
 
-def _check(cls: Any, kwargs: Dict[str, Any], device: str) -> None:
-    """Run :data:`SELFCHECKS` on ``cls``; ``AssertionError`` names the check that failed."""
-    from compatfn.testing import check_function
+def _check(target: Any, kwargs: Dict[str, Any], device: str) -> None:
+    """Run the self-checks on a Function class or an operator; raises on the first failure."""
+    import torch
 
-    check_function(cls, _input(device), kwargs=kwargs, checks=SELFCHECKS)
+    from compatfn.testing import check_function, opcheck
+
+    if isinstance(target, type) and issubclass(target, torch.autograd.Function):
+        check_function(target, _input(device), kwargs=kwargs, checks=SELFCHECKS)
+        return
+    opcheck(target, (_input(device),), kwargs, test_utils=SELFCHECK_OPCHECKS)
+    check_function(target, _input(device), kwargs=kwargs, checks=SELFCHECKS[:3])
 
 
 def selfcheck() -> List[Dict[str, Any]]:
     """Run the reference Functions through gradcheck, gradgradcheck and native/legacy parity
-    (:func:`compatfn.testing.check_function`), on CPU and, where present, CUDA."""
+    (:func:`compatfn.testing.check_function`), and the reference operators through
+    :func:`compatfn.testing.opcheck` and gradcheck, on CPU and, where present, CUDA."""
     import torch
 
     results = []
     devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
     for device in devices:
-        for cls, kwargs in _selfcheck_cases():
+        for label, target, kwargs in _selfcheck_cases():
             start = time.perf_counter()
             try:
-                _check(cls, kwargs, device)
+                _check(target, kwargs, device)
                 error = None
             except Exception as caught:
                 error = "".join(traceback.format_exception_only(type(caught), caught)).strip()
             call = ", ".join(["x"] + [f"{k}={v!r}" for k, v in kwargs.items()])
+            name = f"{label}.apply({call})" if label[0].isupper() else f"{label}({call})"
             results.append(
                 {
-                    "check": f"{cls.__name__}.apply({call})",
+                    "check": name,
                     "device": device,
                     "ok": error is None,
                     "error": error,
@@ -164,7 +178,7 @@ def report() -> Dict[str, Any]:
         warnings.simplefilter("always")
         import torch
 
-        from compatfn import core, relu
+        from compatfn import core, library, relu
 
         features = core.features()
         data = {
@@ -175,6 +189,7 @@ def report() -> Dict[str, Any]:
             "cuda": torch.cuda.is_available(),
             "path": core.mode(relu.ReLU),
             "legacy_forced": core.env_forces_legacy(),
+            "custom_op": library.TIER,
             "features": features,
             "feature_notes": feature_notes(features),
             "selfcheck": selfcheck(),
@@ -182,6 +197,15 @@ def report() -> Dict[str, Any]:
     lines = (f"{w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught)
     data["warnings"] = list(dict.fromkeys(lines))  # once each, in order
     return data
+
+
+#: What ``compatfn.custom_op`` gives on each tier (``compatfn.library.TIER``; README "Custom
+#: operators" has the table).
+CUSTOM_OP_NOTES = {
+    "torch": "torch's own torch.library.custom_op",
+    "registered": "a real operator under torch.ops.<namespace>.<name>, registered by compatfn",
+    "function": "built on compatfn.function; no operator registration on this torch",
+}
 
 
 #: What each ``features()["compile"]`` value means (the README's torch.compile table, in short).
@@ -223,6 +247,7 @@ def _print_report(data: Dict[str, Any]) -> None:
     print(f"compatfn {data['compatfn']} on torch {data['torch']} (Python {data['python']})")
     print(f"torch from {data['torch_path']}; CUDA {'available' if data['cuda'] else 'absent'}")
     print(f"path taken: {data['path']}{forced}")
+    print(f"custom_op tier: {data['custom_op']} ({CUSTOM_OP_NOTES[data['custom_op']]})")
     for line in data["warnings"]:
         print(f"torch warned: {line}")
     print("\nfeatures of this torch:")
@@ -377,5 +402,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return _report_command(args.json)
 
 
+def _exit_quietly_on_closed_pipe() -> int:
+    """Exit status 1 without a traceback when stdout's reader has gone (``... | head``).
+
+    Python's documented recipe (the ``signal`` module's "Note on SIGPIPE"): point stdout at
+    devnull so that the interpreter's final flush does not fail again.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        status = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        status = _exit_quietly_on_closed_pipe()
+    sys.exit(status)
