@@ -16,7 +16,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import pytest
@@ -225,6 +225,36 @@ def test_output_aliasing_an_input_is_an_error(tier):
 
     with pytest.raises(RuntimeError, match="may not alias any inputs"):
         alias(torch.ones(2))
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_tuple_outputs_with_gradients(tier):
+    @make(tier, "two")
+    def two(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return x * 2, x * 3
+
+    two.register_autograd(
+        lambda ctx, g2, g3: 2 * g2 + 3 * g3, setup_context=lambda ctx, inputs, output: None
+    )
+    x = torch.randn(3, requires_grad=True)
+    a, b = two(x)
+    (a + b).sum().backward()
+    assert torch.equal(a.detach(), x.detach() * 2) and torch.equal(b.detach(), x.detach() * 3)
+    assert torch.equal(x.grad, torch.full((3,), 5.0))
+
+
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "torch"])
+def test_tuple_output_aliasing_an_input_is_an_error(tier):
+    @make(tier, "alias_pair")
+    def alias_pair(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return x, x * 3
+
+    alias_pair.register_autograd(
+        lambda ctx, g1, g3: g1 + 3 * g3, setup_context=lambda ctx, inputs, output: None
+    )
+    for requires_grad in (False, True):
+        with pytest.raises(RuntimeError, match="may not alias any inputs"):
+            alias_pair(torch.ones(2, requires_grad=requires_grad))
 
 
 @pytest.mark.parametrize("tier", TIERS)

@@ -50,12 +50,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import torch
 
-from compatfn.core import (
-    dynamo_unsupported,
-    function,
-    is_compiling,
-    transforms_active,
-)
+from compatfn.core import dynamo_unsupported, function, is_compiling, transforms_active
 
 # What ``compatfn`` itself re-exports; ``CustomOp``, ``TIER``, ``infer_schema`` and ``opcheck``
 # (also ``compatfn.testing.opcheck``) are used from this module.
@@ -451,14 +446,8 @@ class CustomOp:
         return not (is_compiling() or _dispatch_mode_count() or transforms_active())
 
     def _checked_output(self, args: tuple, out: Any) -> Any:
-        """``out`` after the check that it aliases no input (torch's rule for custom ops)."""
-        for a in args:
-            if isinstance(a, torch.Tensor) and (out is a or _shares_memory(out, a)):
-                self._check_no_alias(args, out)  # raises with the full message
-        return out
-
-    def _simple_kernel(self, *args: Any) -> Any:
-        out = self._init_fn(*args)
+        """``out`` after the check that no output aliases an input (torch's rule for custom ops):
+        a cheap test for one tensor, :meth:`_check_no_alias` for anything else."""
         if isinstance(out, torch.Tensor):
             for a in args:
                 if isinstance(a, torch.Tensor) and (out is a or _shares_memory(out, a)):
@@ -466,6 +455,9 @@ class CustomOp:
             return out
         self._check_no_alias(args, out)
         return out
+
+    def _simple_kernel(self, *args: Any) -> Any:
+        return self._checked_output(args, self._init_fn(*args))
 
     def _update_simple(self) -> None:
         """Whether calls may take the short path in ``__call__`` (see there), and its Function."""
