@@ -155,7 +155,7 @@ def selfcheck() -> List[Dict[str, Any]]:
             except Exception as caught:
                 error = "".join(traceback.format_exception_only(type(caught), caught)).strip()
             call = ", ".join(["x"] + [f"{k}={v!r}" for k, v in kwargs.items()])
-            name = f"{label}.apply({call})" if label[0].isupper() else f"{label}({call})"
+            name = f"{label}.apply({call})" if isinstance(target, type) else f"{label}({call})"
             results.append(
                 {
                     "check": name,
