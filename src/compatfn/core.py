@@ -214,6 +214,16 @@ BACKWARD_RETRACED_BY_MAKE_FX = (2, 1) <= TORCH_VERSION < (2, 3)
 # Upstream: https://github.com/pytorch/pytorch/issues/128607
 FUNC_NEEDS_DYNAMO_IMPORTED = TORCH_VERSION == (2, 3)
 
+# --- torch.library custom operators ---
+
+#: torch 2.4-2.13: the autograd of ``torch.library.custom_op`` fails in backward for an operator
+#: with a tensor-list argument or return when a trailing defaulted argument is left at its
+#: default: the dispatcher drops that argument, and torch's tensor-list wrapper then rejects the
+#: gradient backward returns for it ("Expected the return from backward to be of the same
+#: structure as the inputs"; measured on 2.4.1 and in every row 2.4-2.13, fixed in 2.14).
+# Upstream: https://github.com/pytorch/pytorch/pull/185132
+CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS = (2, 4) <= TORCH_VERSION < (2, 14)
+
 # --- automatic mixed precision ---
 
 #: torch >= 2.4: ``torch.amp.custom_fwd/custom_bwd`` and ``torch.get_autocast_dtype(device)``.

@@ -45,12 +45,23 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import keyword
+import linecache
+import re
 import typing
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from compatfn.core import dynamo_unsupported, function, is_compiling, transforms_active
+from compatfn.core import (
+    CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS,
+    _fresh_name,
+    _legacy_forward,
+    dynamo_unsupported,
+    function,
+    is_compiling,
+    transforms_active,
+)
 
 # What ``compatfn`` itself re-exports; ``CustomOp``, ``TIER``, ``infer_schema`` and ``opcheck``
 # (also ``compatfn.testing.opcheck``) are used from this module.
@@ -90,6 +101,21 @@ def _bump_version(t: torch.Tensor) -> None:
         with torch.no_grad():
             t.copy_(t)
 
+
+def _probe_meta_device() -> bool:
+    try:
+        torch.empty(0, device="meta")
+    except RuntimeError:  # torch 1.8 (measured)
+        return False
+    return True
+
+
+#: The ``meta`` device (not on torch 1.8): fake kernels run for meta tensors.
+HAS_META_DEVICE = _probe_meta_device()
+#: ``torch._C._storage_id`` (absent on torch 1.8, present on 1.13 and later; measured): the
+#: identity of a tensor's storage, which torch's own aliasing check compares. Without it compatfn
+#: compares the storages' data pointers.
+_storage_id: Optional[Callable[[torch.Tensor], int]] = getattr(torch._C, "_storage_id", None)
 
 #: Below-autograd redispatch guard (every torch with ``torch.library``); a context manager on
 #: torch >= 2.1, a plain guard object (active while alive) on 1.13 and 2.0 (measured).
@@ -338,6 +364,16 @@ def _storage_ptr(t: torch.Tensor) -> int:
     return int(storage.data_ptr())
 
 
+def _storage_key(t: torch.Tensor) -> Optional[int]:
+    """What identifies ``t``'s storage, or None where nothing does (meta tensors; empty tensors
+    where only the data pointer is known)."""
+    if t.is_meta:
+        return None
+    if _storage_id is not None:
+        return int(_storage_id(t))
+    return _storage_ptr(t) if t.numel() else None
+
+
 # --------------------------------------------------------------------------- the op object
 
 
@@ -398,15 +434,17 @@ class CustomOp:
         self.__module__ = getattr(fn, "__module__", __name__)
         self.__wrapped__ = fn
         self._eager_fn = _autograd_function(self, dispatched=False)
-        self._arity = len(self._positional)
         self._tensor_positions = _plain_tensor_positions(fn, params)
-        self._tensor_index: Tuple[int, ...] = self._tensor_positions or ()
-        self._update_simple()
         self._library: Any = None
         self._opoverload: Any = None
         self._registered_keys: set = set()
         if registered:
             self._register_to_dispatcher(device_types)
+        # A class of its own, whose __call__ is the op's call. See NOTE: [the op's call].
+        self.__class__ = type(
+            "CustomOp", (type(self),), {"__module__": __name__, "__qualname__": "CustomOp"}
+        )
+        self._update_simple()
 
     def __repr__(self) -> str:
         return f"<compatfn.CustomOp({self._qualname}{self._schema.split(' ->')[0]})>"
@@ -414,53 +452,26 @@ class CustomOp:
     # ---------------------------------------------------------------- calling
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._simple and not kwargs and len(args) == self._arity:
-            # The common case, kept short: plain eager call of a single-kernel, non-mutating op
-            # whose tensor parameters are all plain ``Tensor`` (positions known in advance).
-            tensors = [args[i] for i in self._tensor_index]
-            if self._plain_call(tensors):
-                for t in tensors:
-                    if t.requires_grad and _grad_enabled():
-                        out = self._simple_apply(*args)
-                        if type(out) is not torch.Tensor or out._base is not None:
-                            return self._checked_output(args, out)
-                        pointer = out.data_ptr()
-                        for a in tensors:
-                            if a.data_ptr() == pointer:
-                                return self._checked_output(args, out)
-                        return out
-                return self._simple_kernel(*args)
-        if self._opoverload is not None and not self._eager_ok(args, kwargs):
-            return self._opoverload(*args, **kwargs)
+        """Run the operator. Each op made by :func:`custom_op` replaces this with a call that has
+        the op's own signature (See NOTE: [the op's call])."""
         inputs, keyword_only = self._bind(args, kwargs)
+        return self._general_call(inputs, keyword_only)
+
+    def _general_call(self, inputs: tuple, keyword_only: Dict[str, Any]) -> Any:
+        """Every call the short path does not take: through the dispatcher where something needs
+        it (tracing, modes, transforms, tensor subclasses), else the kernels through autograd."""
+        if self._opoverload is not None and not self._eager_ok(inputs, keyword_only):
+            return self._opoverload(*inputs, **keyword_only)
         return self._apply(inputs, keyword_only, self._eager_fn)
 
-    def _plain_call(self, tensors: List[Any]) -> bool:
-        """Whether the short path applies: real (non-meta) plain tensors and, for a registered
-        op, nothing that needs the dispatcher (tracing, modes, transforms)."""
-        for t in tensors:
-            if type(t) not in _PLAIN_TENSORS or t.is_meta:
-                return False
-        if self._opoverload is None:
-            return True
-        return not (is_compiling() or _dispatch_mode_count() or transforms_active())
-
-    def _checked_output(self, args: tuple, out: Any) -> Any:
-        """``out`` after the check that no output aliases an input (torch's rule for custom ops):
-        a cheap test for one tensor, :meth:`_check_no_alias` for anything else."""
-        if isinstance(out, torch.Tensor):
-            for a in args:
-                if isinstance(a, torch.Tensor) and (out is a or _shares_memory(out, a)):
-                    self._check_no_alias(args, out)  # raises with the full message
-            return out
-        self._check_no_alias(args, out)
+    def _checked_output(self, inputs: tuple, out: Any) -> Any:
+        """``out``, after the check that it aliases no input (:meth:`_check_no_alias`)."""
+        self._check_no_alias(inputs, out)
         return out
 
-    def _simple_kernel(self, *args: Any) -> Any:
-        return self._checked_output(args, self._init_fn(*args))
-
     def _update_simple(self) -> None:
-        """Whether calls may take the short path in ``__call__`` (see there), and its Function."""
+        """Whether calls may take the short path, and the op's call that follows from it (See
+        NOTE: [the op's call]); run again by every registration that changes it."""
         self._simple = (
             not self._keyword_only
             and not self._mutated
@@ -469,22 +480,22 @@ class CustomOp:
             and "Tensor?" not in self._schema
             and list(self._kernels) == [None]
             and self._tensor_positions is not None
+            and _returns_only_tensors(self._schema)
         )
         if self._simple:
-            self._simple_fn = _simple_function(self)
             # The short path has every argument, plain tensors and no tracing or transforms, so
-            # torch's C-level apply runs the class (legacy form on 1.x, setup_context style on
-            # 2.0-2.3) without compatfn's binding and dispatch checks.
-            self._simple_apply = _C_APPLY.__get__(None, self._simple_fn)
+            # torch's C-level apply runs the class without compatfn's binding and checks.
+            self._simple_apply = _C_APPLY.__get__(None, _simple_function(self))
+        type(self).__call__ = _generated_call(self)  # type: ignore[method-assign]
 
-    def _eager_ok(self, args: tuple, kwargs: dict) -> bool:
+    def _eager_ok(self, inputs: tuple, keyword_only: Dict[str, Any]) -> bool:
         """Whether a call may skip the dispatcher: plain tensors, no tracing, modes, transforms."""
         if is_compiling() or _dispatch_mode_count() or transforms_active():
             return False
-        for t in _tensors_in(args):
+        for t in _tensors_in(inputs):
             if type(t) not in _PLAIN_TENSORS:
                 return False
-        return not kwargs or all(type(t) in _PLAIN_TENSORS for t in _tensors_in(kwargs.values()))
+        return all(type(t) in _PLAIN_TENSORS for t in _tensors_in(keyword_only.values()))
 
     def _bind(self, args: tuple, kwargs: dict) -> Tuple[tuple, Dict[str, Any]]:
         """Full positional inputs (defaults filled) and the keyword-only ones."""
@@ -567,15 +578,17 @@ class CustomOp:
         return output
 
     def _check_no_alias(self, inputs: tuple, output: Any) -> None:
+        """torch's rule: no output shares storage with an input or with another output."""
         outs = _tensors_in(output if isinstance(output, (tuple, list)) else (output,))
         if not outs:
             return
-        ins = _tensors_in(inputs)
-        seen = {_storage_ptr(t) for t in ins if t.device.type != "meta" and t.numel()}
+        seen = {_storage_key(t) for t in _tensors_in(inputs)}
+        seen.discard(None)
         for o in outs:
-            if any(o is t for t in ins) or (
-                o.device.type != "meta" and o.numel() and _storage_ptr(o) in seen
-            ):
+            key = _storage_key(o)
+            if key is None:
+                continue
+            if key in seen:
                 raise RuntimeError(
                     f"{self._qualname}: The output of this custom operator (1) must not also be "
                     "an input to this custom operator and (2) may not alias any inputs to this "
@@ -583,6 +596,7 @@ class CustomOp:
                     "offending output tensor(s) (e.g. return x.clone()) or refactor the custom "
                     "operator to not return it."
                 )
+            seen.add(key)
 
     def _mutated_positions(self, mutates_args: Union[str, Iterable[str]]) -> Tuple[int, ...]:
         names = self._positional if isinstance(mutates_args, str) else set(mutates_args)
@@ -790,25 +804,36 @@ def _user_backward(op: CustomOp, ctx: Any, grads: tuple) -> Any:
     return result
 
 
+def _no_setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+    pass
+
+
 def _simple_function(op: CustomOp) -> Any:
-    """The autograd Function of the short call path: the op's own positional parameters, one
-    kernel, no lists, no keyword-only parameters, no mutation. Its forward is the kernel itself
-    and its setup_context the registered one (the alias check runs in ``CustomOp.__call__``)."""
-    user_setup_context = op._setup_context
+    """The autograd Function of the short path, written as a hand-written one would be: a legacy
+    ``forward(ctx, <the op's parameters>)`` that runs the kernel and the registered
+    setup_context, and the registered backward (torch's checks on its gradients)."""
 
-    def no_setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
-        pass
+    def backward(ctx: Any, *grads: Any) -> Any:
+        return _user_backward(op, ctx, grads)
 
-    class Op(torch.autograd.Function):
-        forward = staticmethod(op._init_fn)
-        setup_context = staticmethod(user_setup_context or no_setup_context)
+    forward = _legacy_forward(op._init_fn, op._setup_context or _no_setup_context)
+    name = f"CustomOp_{op._namespace}_{op._name}"
+    return type(
+        name,
+        (torch.autograd.Function,),
+        {
+            "forward": staticmethod(forward),
+            "backward": staticmethod(backward),
+            "__qualname__": name,
+        },
+    )
 
-        @staticmethod
-        def backward(ctx: Any, *grads: Any) -> Any:
-            return _user_backward(op, ctx, grads)
 
-    Op.__name__ = Op.__qualname__ = f"CustomOp_{op._namespace}_{op._name}"
-    return function(Op)
+def _returns_only_tensors(schema: str) -> bool:
+    """Whether the schema returns one Tensor or a tuple of Tensors (what torch 1.8's autograd
+    Functions can return)."""
+    returns = schema.rsplit("-> ", 1)[1].strip("()")
+    return bool(returns) and all(r.strip() == "Tensor" for r in returns.split(","))
 
 
 def _plain_tensor_positions(fn: Callable, params: List[inspect.Parameter]) -> Optional[tuple]:
@@ -824,15 +849,86 @@ def _plain_tensor_positions(fn: Callable, params: List[inspect.Parameter]) -> Op
     return tuple(positions)
 
 
-def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Cheap alias test: same data pointer, or (for views) the same storage."""
-    if a.is_meta or b.is_meta:
-        return False
-    if a.data_ptr() == b.data_ptr() and a.numel():
-        return True
-    if a._base is None and b._base is None:
-        return False
-    return _storage_ptr(a) == _storage_ptr(b)
+# NOTE: [the op's call]
+# A call of an op made by compatfn (registered and function tiers) should cost about what a call
+# of a hand-written autograd.Function doing the same costs. So each op gets a call function of its
+# own, generated with the op's own parameters and regenerated by every registration: Python binds
+# keywords and fills defaults (no ``inspect.Signature.bind``), and a wrong call raises Python's
+# TypeError naming the op. A simple op (one kernel, no mutation, no lists or optional tensors, no
+# keyword-only parameters, tensor outputs) takes the short path unless a tensor argument is a meta
+# tensor or, for a registered op, a tensor subclass, or something needs the dispatcher (tracing,
+# dispatch modes, transforms): the kernel runs directly or, when an input requires grad, through
+# torch's C-level apply of a legacy-form Function (``_simple_function``). Every other call goes
+# to ``CustomOp._general_call``. Both keep torch's aliasing rule: a single output whose storage
+# differs from every tensor argument's passes at once, anything else gets the full check.
+
+
+def _generated_call(op: CustomOp) -> Callable:
+    """The call function of ``op`` as it is registered now (See NOTE: [the op's call])."""
+    params = list(op._signature.parameters.values())
+    name = op._name if op._name.isidentifier() and not keyword.iskeyword(op._name) else "op"
+    taken = {p.name for p in params} | {name}
+    names = ("self", "out", "Tensor", "Parameter", "apply", "kernel", "key")
+    op_, out, tensor, parameter, apply, kernel, key = (_fresh_name(n, taken) for n in names)
+    compiling, modes, transforms = (_fresh_name(n, taken) for n in ("compiling", "modes", "fx"))
+    header: List[str] = [op_]
+    for p in params:
+        if p.kind is p.KEYWORD_ONLY and "*" not in header:
+            header.append("*")
+        header.append(p.name)
+    positional = [p.name for p in params if p.kind is not p.KEYWORD_ONLY]
+    keyword_only = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
+    inputs = "(" + "".join(f"{n}, " for n in positional) + ")"
+    keywords = "{" + ", ".join(f"{n!r}: {n}" for n in keyword_only) + "}"
+    lines = [f"def {name}({', '.join(header)}):"]
+    if op._simple:
+        tensors = [positional[i] for i in op._tensor_positions or ()]
+        plain = []
+        if op._opoverload is not None:  # tensor subclasses and tracing need the dispatcher
+            # First: dynamo 2.1 cannot trace type(tensor).
+            plain.append(f"not ({compiling}() or {modes}() or {transforms}())")
+            plain += [f"(type({t}) is {tensor} or type({t}) is {parameter})" for t in tensors]
+        if HAS_META_DEVICE:
+            plain += [f"not {t}.is_meta" for t in tensors]
+        if _storage_id is not None:
+            distinct = [f"{key}({out}) != {key}({t})" for t in tensors]
+        else:  # at storage offset 0 a tensor's data pointer is its storage's
+            distinct = [f"not {out}.storage_offset()"]
+            distinct += [
+                f"not {t}.storage_offset() and {out}.data_ptr() != {t}.data_ptr()" for t in tensors
+            ]
+        needs_grad = " or ".join(f"{t}.requires_grad" for t in tensors) or "False"
+        lines += [
+            f"    if {' and '.join(plain) or 'True'}:",
+            f"        if {needs_grad}:",
+            f"            {out} = {apply}({', '.join(positional)})",
+            "        else:",
+            f"            {out} = {kernel}({', '.join(positional)})",
+            f"        if type({out}) is {tensor} and {' and '.join(distinct) or 'True'}:",
+            f"            return {out}",
+            f"        return {op_}._checked_output({inputs}, {out})",
+        ]
+    lines.append(f"    return {op_}._general_call({inputs}, {keywords})")
+    source = "".join(line + "\n" for line in lines)
+    namespace: Dict[str, Any] = {
+        tensor: torch.Tensor,
+        parameter: torch.nn.Parameter,
+        apply: getattr(op, "_simple_apply", None),
+        kernel: op._kernels.get(None),
+        key: _storage_id,
+        compiling: is_compiling,
+        modes: _dispatch_mode_count,
+        transforms: transforms_active,
+    }
+    filename = f"<call of custom op {op._qualname}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+    call: Any = namespace[name]
+    given = [p for p in params if p.default is not p.empty]
+    call.__defaults__ = tuple(p.default for p in given if p.kind is not p.KEYWORD_ONLY) or None
+    call.__kwdefaults__ = {p.name: p.default for p in given if p.kind is p.KEYWORD_ONLY} or None
+    call.__doc__ = op.__doc__
+    return call
 
 
 def _regrad(result: tuple, ctx: Any) -> List[Any]:
@@ -861,6 +957,57 @@ def _regrad(result: tuple, ctx: Any) -> List[Any]:
 
 def _has_string_annotations(fn: Callable) -> bool:
     return any(isinstance(a, str) for a in getattr(fn, "__annotations__", {}).values())
+
+
+# NOTE: [elided default gradients]
+# On torch 2.4-2.13 (CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS) backward fails for torch's own
+# custom op with a tensor list when a trailing defaulted argument was left at its default: the
+# dispatcher does not pass that argument to the op's autograd kernel, and torch's tensor-list
+# wrapper then rejects the one-gradient-per-input result (None for the default) that the same
+# backward must return when the argument is given. torch 2.14 trims those gradients itself. For
+# such ops compatfn returns torch's CustomOpDef with one method changed: register_autograd wraps
+# backward to drop trailing None gradients beyond the inputs autograd saw
+# (``len(ctx.needs_input_grad)``, the arguments actually passed). Calls are untouched.
+
+
+def _has_tensor_lists(opdef: Any) -> bool:
+    """Whether the op takes or returns a list of tensors (where torch's wrapper applies)."""
+    return re.search(r"Tensor\??(\([^)]*\))?\[\]", str(opdef._opoverload._schema)) is not None
+
+
+def _trim_elided_default_gradients(backward: Callable) -> Callable:
+    @functools.wraps(backward)
+    def trimmed(ctx: Any, *grads: Any) -> Any:
+        result = backward(ctx, *grads)
+        passed = len(ctx.needs_input_grad)
+        if isinstance(result, tuple) and all(g is None for g in result[passed:]):
+            return result[:passed]
+        return result
+
+    return trimmed
+
+
+_TRIMMING_CLASSES: Dict[type, type] = {}
+
+
+def _trimming_opdef_class(opdef: Any) -> type:
+    """The class of ``opdef`` (torch's CustomOpDef) with a register_autograd that trims the
+    gradients of elided defaults (See NOTE: [elided default gradients])."""
+    base = type(opdef)
+    if base not in _TRIMMING_CLASSES:
+        _TRIMMING_CLASSES[base] = _make_trimming_class(base)
+    return _TRIMMING_CLASSES[base]
+
+
+def _make_trimming_class(base: Any) -> type:
+
+    def register_autograd(
+        self: Any, backward: Callable, /, *, setup_context: Optional[Callable] = None
+    ) -> None:
+        trimmed = _trim_elided_default_gradients(backward)
+        base.register_autograd(self, trimmed, setup_context=setup_context)  # type: ignore[attr-defined]
+
+    return type(base.__name__, (base,), {"register_autograd": register_autograd})
 
 
 def custom_op(
@@ -903,9 +1050,13 @@ def _custom_op(
             given = schema
             if given is None and _has_string_annotations(f):
                 given = infer_schema(f, mutates_args)  # See NOTE: [string annotations]
-            return torch.library.custom_op(  # type: ignore[attr-defined]
+            opdef = torch.library.custom_op(  # type: ignore[attr-defined]
                 name, f, mutates_args=mutates_args, device_types=device_types, schema=given
             )
+            if CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS and _has_tensor_lists(opdef):
+                # See NOTE: [elided default gradients]
+                opdef.__class__ = _trimming_opdef_class(opdef)
+            return opdef
 
         return define if fn is None else define(fn)
     if tier == "registered" and not HAS_LIBRARY:
@@ -1057,14 +1208,6 @@ def _fake_mode() -> Any:
     return FakeTensorMode
 
 
-def _has_meta_device() -> bool:
-    try:
-        torch.empty(1, device="meta")
-    except RuntimeError:  # torch 1.8: no meta device
-        return False
-    return True
-
-
 def _check_faketensor(op: CustomOp, args: tuple, kwargs: dict) -> Optional[str]:
     with torch.no_grad():
         real = _outputs(op(*_cloned(args), **kwargs))
@@ -1083,7 +1226,7 @@ def _check_faketensor(op: CustomOp, args: tuple, kwargs: dict) -> Optional[str]:
         fake_kwargs = {k: convert(v) for k, v in kwargs.items()}
         with mode, torch.no_grad():
             fake = _outputs(op(*fake_args, **fake_kwargs))
-    elif _has_meta_device():
+    elif HAS_META_DEVICE:
 
         def to_meta(v: Any) -> Any:
             if isinstance(v, torch.Tensor):
