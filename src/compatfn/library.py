@@ -878,12 +878,12 @@ def _generated_call(op: CustomOp) -> Callable:
         header.append(p.name)
     positional = [p.name for p in params if p.kind is not p.KEYWORD_ONLY]
     keyword_only = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
-    inputs = "(" + "".join(f"{n}, " for n in positional) + ")"
+    inputs = "(" + ", ".join(positional) + ("," if len(positional) == 1 else "") + ")"
     keywords = "{" + ", ".join(f"{n!r}: {n}" for n in keyword_only) + "}"
     lines = [f"def {name}({', '.join(header)}):"]
+    plain: List[str] = []
     if op._simple:
         tensors = [positional[i] for i in op._tensor_positions or ()]
-        plain = []
         if op._opoverload is not None:  # tensor subclasses and tracing need the dispatcher
             # First: dynamo 2.1 cannot trace type(tensor).
             plain.append(f"not ({compiling}() or {modes}() or {transforms}())")
@@ -898,17 +898,22 @@ def _generated_call(op: CustomOp) -> Callable:
                 f"not {t}.storage_offset() and {out}.data_ptr() != {t}.data_ptr()" for t in tensors
             ]
         needs_grad = " or ".join(f"{t}.requires_grad" for t in tensors) or "False"
-        lines += [
-            f"    if {' and '.join(plain) or 'True'}:",
-            f"        if {needs_grad}:",
-            f"            {out} = {apply}({', '.join(positional)})",
-            "        else:",
-            f"            {out} = {kernel}({', '.join(positional)})",
-            f"        if type({out}) is {tensor} and {' and '.join(distinct) or 'True'}:",
-            f"            return {out}",
-            f"        return {op_}._checked_output({inputs}, {out})",
+        short = [
+            f"if {needs_grad}:",
+            f"    {out} = {apply}({', '.join(positional)})",
+            "else:",
+            f"    {out} = {kernel}({', '.join(positional)})",
+            f"if type({out}) is {tensor} and {' and '.join(distinct) or 'True'}:",
+            f"    return {out}",
+            f"return {op_}._checked_output({inputs}, {out})",
         ]
-    lines.append(f"    return {op_}._general_call({inputs}, {keywords})")
+        if not plain:  # nothing ever leaves the short path
+            lines += [f"    {line}" for line in short]
+        else:
+            lines.append(f"    if {' and '.join(plain)}:")
+            lines += [f"        {line}" for line in short]
+    if not op._simple or plain:
+        lines.append(f"    return {op_}._general_call({inputs}, {keywords})")
     source = "".join(line + "\n" for line in lines)
     namespace: Dict[str, Any] = {
         tensor: torch.Tensor,
