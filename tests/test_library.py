@@ -324,6 +324,25 @@ def test_calls_bind_like_the_function(tier):
         affine(x, w, bogus=1.0)
 
 
+@pytest.mark.parametrize("tier", TIERS)
+def test_fx_proxies_and_wrong_argument_types(tier):
+    """torch.fx traces a function calling the op; a non-tensor for a Tensor parameter raises
+    torch's message (not an AttributeError from compatfn's short path)."""
+    import torch.fx
+
+    @make(tier, "triple")
+    def triple(x: torch.Tensor, s: float = 3.0) -> torch.Tensor:
+        return x * s
+
+    def f(x):
+        return triple(x) + 1
+
+    traced = torch.fx.symbolic_trace(f)
+    assert torch.equal(traced(torch.ones(2)), torch.full((2,), 4.0))
+    with pytest.raises(RuntimeError, match="Expected a value of type 'Tensor' for argument 'x'"):
+        triple(np.ones(2))
+
+
 @pytest.mark.parametrize("tier", [t for t in TIERS if t != "torch"])
 def test_parameters_named_like_compatfns_own(tier):
     """The op's call is generated with the op's parameter names; none may clash with its own."""
