@@ -133,7 +133,6 @@ _dispatch_mode_count: Callable[[], int] = getattr(
     lambda: int(getattr(torch._C, "_get_torch_dispatch_mode", lambda: None)() is not None),
 )
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
-_grad_enabled = torch.is_grad_enabled
 _DEVICE_KEYS = {"cpu": "CPU", "cuda": "CUDA", "mps": "MPS", "xpu": "XPU"}
 
 # --------------------------------------------------------------------------- schema inference
