@@ -281,6 +281,25 @@ def test_every_storage_alias_of_an_input_is_an_error(tier, alias):
             aliasing(torch.ones(4, requires_grad=requires_grad))
 
 
+@pytest.mark.parametrize("alias", sorted(ALIASES))
+@pytest.mark.parametrize("tier", TIERS)
+def test_an_alias_of_any_tensor_argument_is_an_error(tier, alias):
+    """Ops with several tensor arguments compare the output with each of them."""
+    make_alias = ALIASES[alias]
+
+    @make(tier, "aliasing_second")
+    def aliasing_second(x: torch.Tensor, y: torch.Tensor, scale: float) -> torch.Tensor:
+        return make_alias(y)
+
+    aliasing_second.register_autograd(
+        lambda ctx, g: (None, g, None), setup_context=lambda ctx, inputs, output: None
+    )
+    for requires_grad in (False, True):
+        x, y = torch.ones(4), torch.ones(4, requires_grad=requires_grad)
+        with pytest.raises(RuntimeError, match="may not alias any inputs"):
+            aliasing_second(x, y, 2.0)
+
+
 @pytest.mark.parametrize("tier", TIERS)
 def test_outputs_aliasing_each_other_is_an_error(tier):
     @make(tier, "twins")
@@ -375,6 +394,57 @@ def test_registering_after_calls_changes_the_next_call(tier):
     assert torch.equal(torch.autograd.grad(later(x).sum(), x)[0], torch.full((1,), 7.0))
     later.register_kernel("cpu", lambda x: x + 2)
     assert torch.equal(later(x.detach()), torch.full((1,), 2.0))
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_register_kernel_without_device_types_replaces_the_default(tier):
+    """``register_kernel(None, fn)`` is the kernel for every device without its own, as in
+    torch; backward works without a setup_context."""
+
+    @make(tier, "default")
+    def default(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    default.register_autograd(lambda ctx, g: g * 3)
+    default.register_kernel(None, lambda x: x + 2)
+    x = torch.zeros(2, requires_grad=True)
+    assert torch.equal(default(x.detach()), torch.full((2,), 2.0))
+    out = default(x)
+    assert torch.equal(out.detach(), torch.full((2,), 2.0))
+    assert torch.equal(torch.autograd.grad(out.sum(), x)[0], torch.full((2,), 3.0))
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_meta_tensors_need_a_fake_kernel(tier):
+    """As on torch >= 2.4: the kernel never runs for meta tensors; without a fake kernel the call
+    raises torch's error, once one is registered it runs (also after earlier calls)."""
+    if not library.HAS_META_DEVICE:
+        pytest.skip(f"torch {torch.__version__} has no meta device")
+    ran: List[str] = []
+
+    @make(tier, "plus")
+    def plus(x: torch.Tensor) -> torch.Tensor:
+        ran.append("kernel")
+        return x + 1
+
+    plus.register_autograd(lambda ctx, g: g)
+    meta = torch.empty(3, device="meta")
+    assert torch.equal(plus(torch.zeros(1)), torch.ones(1)) and ran == ["kernel"]
+    for requires_grad in (False, True):
+        with pytest.raises(RuntimeError, match="There was no fake impl registered for"):
+            plus(meta.clone().requires_grad_(requires_grad))
+
+    @plus.register_fake
+    def _(x):
+        ran.append("fake")
+        return torch.empty_like(x)
+
+    del ran[:]
+    for requires_grad in (False, True):
+        out = plus(meta.clone().requires_grad_(requires_grad))
+        assert out.device.type == "meta" and out.shape == (3,)
+    assert ran == ["fake", "fake"]
+    assert torch.equal(plus(torch.zeros(1)), torch.ones(1)) and ran[-1] == "kernel"
 
 
 @pytest.mark.parametrize("tier", TIERS)

@@ -236,9 +236,15 @@ HAS_CPU_AUTOCAST = hasattr(torch, "is_autocast_cpu_enabled")
 
 # --- run-time state (cheap calls, no decisions) ---
 
+
+def _never() -> bool:
+    """What the probes below are on a torch without the feature they ask about."""
+    return False
+
+
 #: Whether torch.func transforms are active (always False before torch 1.13).
 transforms_active: Callable[[], bool] = getattr(
-    torch._C, "_are_functorch_transforms_active", lambda: False
+    torch._C, "_are_functorch_transforms_active", _never
 )
 
 #: Whether dynamo traces or non-strict torch.export runs this code (torch >= 2.3:
@@ -246,8 +252,10 @@ transforms_active: Callable[[], bool] = getattr(
 is_compiling: Callable[[], bool] = getattr(
     getattr(torch, "compiler", None),
     "is_compiling",
-    getattr(getattr(torch, "_utils", None), "is_compiling", lambda: False),
+    getattr(getattr(torch, "_utils", None), "is_compiling", _never),
 )
+#: torch >= 2.0: ``is_compiling`` can be True (before, it is ``_never``: nothing compiles).
+HAS_IS_COMPILING = is_compiling is not _never
 
 #: Whether dynamo traces this code (torch >= 2.3 ``torch.compiler.is_dynamo_compiling``; before,
 #: ``is_compiling``). False while non-strict torch.export runs the module's Python code for real.
@@ -738,8 +746,11 @@ def _fresh_name(base: str, taken: set) -> str:
     return name
 
 
-def _legacy_forward(forward: Callable, setup_context: Callable, finish: Any = None) -> Callable:
-    """``forward(ctx, <forward's own parameters>)``: runs ``forward``, then ``setup_context``.
+def _legacy_forward(
+    forward: Callable, setup_context: Optional[Callable], finish: Any = None
+) -> Callable:
+    """``forward(ctx, <forward's own parameters>)``: runs ``forward``, then ``setup_context``
+    (where given).
 
     Generated with forward's real parameter names and defaults, not ``(ctx, *args)``, so that
     dynamo (torch >= 2.13) can bind keyword arguments to it as it does for a hand-written legacy
@@ -762,11 +773,9 @@ def _legacy_forward(forward: Callable, setup_context: Callable, finish: Any = No
             header.append("/")
     call, inputs = ", ".join(names), ("(" + ", ".join(names) + ",)") if names else "()"
     tensor = _fresh_name("Tensor", taken)
-    source = (
-        f"def {adapter}({', '.join(header)}):\n"
-        f"    {output} = {user_forward}({call})\n"
-        f"    {user_setup_context}({ctx}, {inputs}, {output})\n"
-    )
+    source = f"def {adapter}({', '.join(header)}):\n    {output} = {user_forward}({call})\n"
+    if setup_context is not None:
+        source += f"    {user_setup_context}({ctx}, {inputs}, {output})\n"
     if finish is not None:  # one tensor, the usual output, needs no call
         source += f"    if isinstance({output}, {tensor}):\n        return {output}\n"
         source += f"    return {finisher}({ctx}, {output})\n"

@@ -55,6 +55,8 @@ import torch
 
 from compatfn.core import (
     CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS,
+    HAS_FUNCTORCH,
+    HAS_IS_COMPILING,
     _fresh_name,
     _legacy_forward,
     dynamo_unsupported,
@@ -114,8 +116,13 @@ def _probe_meta_device() -> bool:
 HAS_META_DEVICE = _probe_meta_device()
 #: ``torch._C._storage_id`` (absent on torch 1.8, present on 1.13 and later; measured): the
 #: identity of a tensor's storage, which torch's own aliasing check compares. Without it compatfn
-#: compares the storages' data pointers.
+#: compares the storages' data pointers. See NOTE: [storage identity].
 _storage_id: Optional[Callable[[torch.Tensor], int]] = getattr(torch._C, "_storage_id", None)
+#: ``torch._C._is_alias_of(a, b)`` (torch >= 1.13; measured): whether two tensors share a storage,
+#: in one call (two ``_storage_id`` calls cost more, measured with callgrind on 1.13).
+_is_alias_of: Optional[Callable[[torch.Tensor, torch.Tensor], bool]] = getattr(
+    torch._C, "_is_alias_of", None
+)
 
 #: Below-autograd redispatch guard (every torch with ``torch.library``); a context manager on
 #: torch >= 2.1, a plain guard object (active while alive) on 1.13 and 2.0 (measured).
@@ -134,6 +141,36 @@ _dispatch_mode_count: Callable[[], int] = getattr(
 )
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _DEVICE_KEYS = {"cpu": "CPU", "cuda": "CUDA", "mps": "MPS", "xpu": "XPU"}
+
+#: What sends a registered op's call through the dispatcher: tracing, dispatch modes and
+#: torch.func transforms, in the order they are asked (``is_compiling`` first: dynamo 2.1 cannot
+#: trace the others), leaving out those this torch cannot answer True (no compiler before 2.0).
+_DISPATCHER_PROBES: Tuple[Callable[[], Any], ...] = tuple(
+    probe
+    for probe, present in (
+        (is_compiling, HAS_IS_COMPILING),
+        (_dispatch_mode_count, True),
+        (transforms_active, HAS_FUNCTORCH),
+    )
+    if present
+)
+
+
+def _needs_dispatcher() -> bool:
+    """Whether a call of a registered op must go through the dispatcher (tracing, modes,
+    transforms): see ``_DISPATCHER_PROBES``."""
+    for probe in _DISPATCHER_PROBES:  # noqa: SIM110 (dynamo unrolls any(...) without stopping)
+        if probe():
+            return True
+    return False
+
+
+def _dispatch_key(device: Optional[str]) -> str:
+    """The dispatch key of a kernel for ``device`` (None: every device, as in torch)."""
+    if device is None:
+        return "CompositeExplicitAutograd"
+    return _DEVICE_KEYS.get(device, device.upper())
+
 
 # --------------------------------------------------------------------------- schema inference
 
@@ -358,19 +395,44 @@ def _tensors_in(values: Iterable[Any]) -> List[torch.Tensor]:
     return found
 
 
-def _storage_ptr(t: torch.Tensor) -> int:
-    storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
-    return int(storage.data_ptr())
+# NOTE: [storage identity]
+# torch's aliasing rule for custom ops (no output shares storage with an input or another output)
+# compares storages. Where torch has ``torch._C._storage_id`` (1.13+) that is the identity;
+# torch 1.8 has none, so compatfn compares the storages' data pointers: a storage's data pointer
+# is the data pointer of any tensor on it at storage offset 0, and it identifies nothing for an
+# empty tensor (every empty storage may have pointer 0). Meta tensors have no data to alias.
+# ``_storage_key`` applies the rule to one tensor (the full check); ``_distinct_storage_source``
+# writes the cheapest exact test that one output shares no storage with given tensors, for the
+# op's generated call: when it fails, the call falls back to the full check.
 
 
 def _storage_key(t: torch.Tensor) -> Optional[int]:
-    """What identifies ``t``'s storage, or None where nothing does (meta tensors; empty tensors
-    where only the data pointer is known)."""
+    """What identifies ``t``'s storage, or None where nothing does (See NOTE: [storage
+    identity])."""
     if t.is_meta:
         return None
     if _storage_id is not None:
         return int(_storage_id(t))
-    return _storage_ptr(t) if t.numel() else None
+    if not t.numel():
+        return None
+    return int(t.data_ptr() - t.storage_offset() * t.element_size())
+
+
+def _distinct_storage_source(out: str, tensors: Sequence[str], names: Dict[str, str]) -> str:
+    """Python source that is True only when the tensor ``out`` shares a storage with none of
+    ``tensors`` (See NOTE: [storage identity]). ``names`` maps ``"alias_of"`` and
+    ``"storage_id"`` to the names the generated code gives those torch functions."""
+    if not tensors:
+        return "True"
+    if _is_alias_of is not None and len(tensors) == 1:
+        return f"not {names['alias_of']}({out}, {tensors[0]})"
+    if _storage_id is not None:
+        key = names["storage_id"]
+        return " and ".join(f"{key}({out}) != {key}({t})" for t in tensors)
+    # At storage offset 0 a tensor's data pointer is its storage's.
+    tests = [f"not {out}.storage_offset()"]
+    tests += [f"not {t}.storage_offset() and {out}.data_ptr() != {t}.data_ptr()" for t in tensors]
+    return " and ".join(tests)
 
 
 # --------------------------------------------------------------------------- the op object
@@ -412,7 +474,6 @@ class CustomOp:
     ) -> None:
         self._namespace, self._name = _parse_qualname(qualname)
         self._qualname = qualname
-        self._init_fn = fn
         self._schema = schema if schema is not None else infer_schema(fn, mutates_args)
         self._signature = inspect.signature(fn)
         params = list(self._signature.parameters.values())
@@ -433,10 +494,7 @@ class CustomOp:
         self.__module__ = getattr(fn, "__module__", __name__)
         self.__wrapped__ = fn
         self._eager_fn = _autograd_function(self, dispatched=False)
-        self._tensor_positions = _plain_tensor_positions(fn, params)
-        self._tensor_params = [
-            (i, p.name) for i, p in enumerate(params) if _resolve(p.annotation, fn) is torch.Tensor
-        ]
+        self._tensor_params, self._only_tensors_and_scalars = _tensor_parameters(fn, params)
         self._library: Any = None
         self._opoverload: Any = None
         self._registered_keys: set = set()
@@ -446,7 +504,7 @@ class CustomOp:
         self.__class__ = type(
             "CustomOp", (type(self),), {"__module__": __name__, "__qualname__": "CustomOp"}
         )
-        self._update_simple()
+        self._regenerate_call()
 
     def __repr__(self) -> str:
         return f"<compatfn.CustomOp({self._qualname}{self._schema.split(' ->')[0]})>"
@@ -467,6 +525,19 @@ class CustomOp:
             return self._opoverload(*inputs, **keyword_only)
         return self._apply(inputs, keyword_only, self._eager_fn)
 
+    def _short_path_ok(self) -> bool:
+        """Whether the op is simple enough for the short path (See NOTE: [the op's call])."""
+        return (
+            not self._keyword_only
+            and not self._mutated
+            and not self._autocast
+            and "[]" not in self._schema
+            and "Tensor?" not in self._schema
+            and list(self._kernels) == [None]
+            and self._only_tensors_and_scalars
+            and _returns_only_tensors(self._schema)
+        )
+
     def _check_tensor_arguments(self, inputs: tuple, keyword_only: Dict[str, Any]) -> None:
         """torch's error for a ``Tensor`` parameter given something else; objects that take
         part in ``__torch_function__`` (torch.fx proxies) pass."""
@@ -478,33 +549,14 @@ class CustomOp:
                     f"'{name}' but instead found type '{type(value).__name__}'."
                 )
 
-    def _checked_output(self, inputs: tuple, out: Any) -> Any:
-        """``out``, after the check that it aliases no input (:meth:`_check_no_alias`)."""
-        self._check_no_alias(inputs, out)
-        return out
-
-    def _update_simple(self) -> None:
-        """Whether calls may take the short path, and the op's call that follows from it (See
-        NOTE: [the op's call]); run again by every registration that changes it."""
-        self._simple = (
-            not self._keyword_only
-            and not self._mutated
-            and not self._autocast
-            and "[]" not in self._schema
-            and "Tensor?" not in self._schema
-            and list(self._kernels) == [None]
-            and self._tensor_positions is not None
-            and _returns_only_tensors(self._schema)
-        )
-        if self._simple:
-            # The short path has every argument, plain tensors and no tracing or transforms, so
-            # torch's C-level apply runs the class without compatfn's binding and checks.
-            self._simple_apply = _C_APPLY.__get__(None, _simple_function(self))
+    def _regenerate_call(self) -> None:
+        """The op's call as it is registered now (See NOTE: [the op's call]); run again by every
+        registration."""
         type(self).__call__ = _generated_call(self)  # type: ignore[method-assign]
 
     def _eager_ok(self, inputs: tuple, keyword_only: Dict[str, Any]) -> bool:
         """Whether a call may skip the dispatcher: plain tensors, no tracing, modes, transforms."""
-        if is_compiling() or _dispatch_mode_count() or transforms_active():
+        if _needs_dispatcher():
             return False
         for t in _tensors_in(inputs):
             if type(t) not in _PLAIN_TENSORS:
@@ -566,16 +618,26 @@ class CustomOp:
     def _kernel_for(self, inputs: tuple) -> Callable:
         tensors = _tensors_in(inputs)
         device = tensors[0].device.type if tensors else "cpu"
-        if device == "meta" and self._fake is not None:
-            return self._fake
+        if device == "meta":
+            return self._meta_kernel_for()
         kernel = self._kernels.get(device, self._kernels.get(None))
         if kernel is None:
             have = ", ".join(sorted(str(k) for k in self._kernels)) or "none"
             raise NotImplementedError(
                 f"{self._qualname}: no kernel for device type {device!r} (registered: {have}). "
-                f"Add one with @{self._name}.register_kernel({device!r})"
-                + (" or a fake kernel with register_fake" if device == "meta" else "")
-                + "."
+                f"Add one with @{self._name}.register_kernel({device!r})."
+            )
+        return kernel
+
+    def _meta_kernel_for(self) -> Callable:
+        """The fake kernel, else a kernel registered for ``"meta"``, else torch's error (the
+        device-generic kernel never runs for meta tensors, as on torch >= 2.4)."""
+        kernel = self._fake or self._kernels.get("meta")
+        if kernel is None:
+            raise RuntimeError(
+                f"There was no fake impl registered for {self!r}. This is necessary for "
+                f"torch.compile/export/fx tracing to work. Please use "
+                f"`{self._name}.register_fake` to add an fake impl."
             )
         return kernel
 
@@ -624,9 +686,10 @@ class CustomOp:
     # ---------------------------------------------------------------- registration
 
     def register_kernel(
-        self, device_types: Union[str, Sequence[str]], fn: Optional[Callable] = None, /
+        self, device_types: Union[str, Sequence[str], None], fn: Optional[Callable] = None, /
     ) -> Callable:
-        """Use ``fn`` for tensors on ``device_types`` (``"cpu"``, ``"cuda"``, ...).
+        """Use ``fn`` for tensors on ``device_types`` (``"cpu"``, ``"cuda"``, ...; None: the
+        kernel for every device without one of its own, as in torch).
 
         Example::
 
@@ -636,11 +699,11 @@ class CustomOp:
         """
 
         def register(kernel: Callable) -> Callable:
-            for device in _device_types(device_types) or ():
+            for device in _device_types(device_types) or (None,):  # None: every device
                 self._kernels[device] = kernel
-                self._update_simple()
                 if self._library is not None:
-                    self._impl_once(_DEVICE_KEYS.get(device, device.upper()), self._device_kernel)
+                    self._impl_once(_dispatch_key(device), self._device_kernel)
+            self._regenerate_call()
             return kernel
 
         return register if fn is None else register(fn)
@@ -657,6 +720,7 @@ class CustomOp:
         self._fake = fn
         if self._library is not None:
             self._impl_once("Meta", self._meta_kernel)
+        self._regenerate_call()
         return fn
 
     def register_autograd(
@@ -674,7 +738,7 @@ class CustomOp:
             )
         self._backward = backward
         self._setup_context = setup_context
-        self._update_simple()
+        self._regenerate_call()
 
     def register_vmap(self, func: Optional[Callable] = None, /) -> Callable:
         """A ``torch.func.vmap`` rule. ``torch.func`` works on custom ops from torch 2.4 only:
@@ -697,7 +761,7 @@ class CustomOp:
                 f"torch {torch.__version__}, got {device_type!r}"
             )
         self._autocast[device_type] = cast_inputs
-        self._update_simple()
+        self._regenerate_call()
 
     # ---------------------------------------------------------------- the dispatcher
 
@@ -705,11 +769,8 @@ class CustomOp:
         self._library = _library_for(self._namespace)
         self._library.define(self._name + self._schema)
         self._opoverload = getattr(getattr(torch.ops, self._namespace), self._name).default
-        if device_types is None:
-            self._impl_once("CompositeExplicitAutograd", self._device_kernel)
-        else:
-            for device in device_types:
-                self._impl_once(_DEVICE_KEYS.get(device, device.upper()), self._device_kernel)
+        for device in device_types or (None,):
+            self._impl_once(_dispatch_key(device), self._device_kernel)
         self._dispatched_fn = _autograd_function(self, dispatched=True)
         self._impl_once("Autograd", self._autograd_kernel)
 
@@ -818,19 +879,15 @@ def _user_backward(op: CustomOp, ctx: Any, grads: tuple) -> Any:
     return result
 
 
-def _no_setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
-    pass
-
-
 def _simple_function(op: CustomOp) -> Any:
     """The autograd Function of the short path, written as a hand-written one would be: a legacy
     ``forward(ctx, <the op's parameters>)`` that runs the kernel and the registered
-    setup_context, and the registered backward (torch's checks on its gradients)."""
+    setup_context (if any), and the registered backward (torch's checks on its gradients)."""
 
     def backward(ctx: Any, *grads: Any) -> Any:
         return _user_backward(op, ctx, grads)
 
-    forward = _legacy_forward(op._init_fn, op._setup_context or _no_setup_context)
+    forward = _legacy_forward(op._kernels[None], op._setup_context)
     name = f"CustomOp_{op._namespace}_{op._name}"
     return type(
         name,
@@ -850,17 +907,20 @@ def _returns_only_tensors(schema: str) -> bool:
     return bool(returns) and all(r.strip() == "Tensor" for r in returns.split(","))
 
 
-def _plain_tensor_positions(fn: Callable, params: List[inspect.Parameter]) -> Optional[tuple]:
-    """Positions of the parameters annotated ``Tensor``, or None when another parameter could
-    hold a tensor (Optional/Sequence of Tensor, unannotated), so the short path does not apply."""
-    positions = []
+def _tensor_parameters(
+    fn: Callable, params: List[inspect.Parameter]
+) -> Tuple[List[Tuple[int, str]], bool]:
+    """The (position, name) of each parameter annotated ``Tensor``, and whether every other
+    parameter is a scalar (no Optional/Sequence of Tensor, nothing unannotated): the short path
+    needs that."""
+    tensors, only_scalars = [], True
     for i, p in enumerate(params):
         annotation = _resolve(p.annotation, fn)
         if annotation is torch.Tensor:
-            positions.append(i)
+            tensors.append((i, p.name))
         elif annotation not in (int, float, bool, str, torch.dtype, torch.device):
-            return None
-    return tuple(positions)
+            only_scalars = False
+    return tensors, only_scalars
 
 
 # NOTE: [the op's call]
@@ -870,12 +930,17 @@ def _plain_tensor_positions(fn: Callable, params: List[inspect.Parameter]) -> Op
 # keywords and fills defaults (no ``inspect.Signature.bind``), and a wrong call raises Python's
 # TypeError naming the op. A simple op (one kernel, no mutation, no lists or optional tensors, no
 # keyword-only parameters, tensor outputs) takes the short path when its tensor arguments are
-# plain tensors, none on the meta device, and, for a registered op, nothing needs the dispatcher
-# (tracing, dispatch modes, transforms): the kernel runs directly or, when an input requires
-# grad, through torch's C-level apply of a legacy-form Function (``_simple_function``). Every
-# other call (tensor subclasses, torch.fx proxies, wrong argument types included) goes to
-# ``CustomOp._general_call``. Both keep torch's aliasing rule: a single output whose storage
-# differs from every tensor argument's passes at once, anything else gets the full check.
+# plain tensors, none on the meta device where a fake kernel would run for them, and, for a
+# registered op, nothing needs the dispatcher (tracing, dispatch modes, transforms): the kernel
+# runs directly or, when an input requires grad, through torch's C-level apply of a legacy-form
+# Function (``_simple_function``). Every other call (tensor subclasses, torch.fx proxies, wrong
+# argument types included) goes to ``CustomOp._general_call``. Both keep torch's aliasing rule: a
+# single output whose storage differs from every tensor argument's passes at once, anything else
+# gets the full check. Each check is written only where it can fail: no dispatcher probes on the
+# ``function`` tier or for what a torch lacks (``_DISPATCHER_PROBES``), no meta test without a
+# meta device. Against a hand-written Function's apply, a forward with gradients costs the op's
+# call frame, these checks and the frames of the separate kernel and setup_context (measured:
+# README "Custom operators").
 
 
 def _generated_call(op: CustomOp) -> Callable:
@@ -883,9 +948,11 @@ def _generated_call(op: CustomOp) -> Callable:
     params = list(op._signature.parameters.values())
     name = op._name if op._name.isidentifier() and not keyword.iskeyword(op._name) else "op"
     taken = {p.name for p in params} | {name}
-    names = ("self", "out", "Tensor", "Parameter", "apply", "kernel", "key")
-    op_, out, tensor, parameter, apply, kernel, key = (_fresh_name(n, taken) for n in names)
-    compiling, modes, transforms = (_fresh_name(n, taken) for n in ("compiling", "modes", "fx"))
+    names = ("self", "out", "Tensor", "Parameter", "apply", "kernel", "storage_id", "alias_of")
+    op_, out, tensor, parameter, apply, kernel, storage_id, alias_of = (
+        _fresh_name(n, taken) for n in names
+    )
+    probes = {_fresh_name(f"probe{i}", taken): p for i, p in enumerate(_DISPATCHER_PROBES)}
     header: List[str] = [op_]
     for p in params:
         if p.kind is p.KEYWORD_ONLY and "*" not in header:
@@ -896,32 +963,32 @@ def _generated_call(op: CustomOp) -> Callable:
     inputs = "(" + ", ".join(positional) + ("," if len(positional) == 1 else "") + ")"
     keywords = "{" + ", ".join(f"{n!r}: {n}" for n in keyword_only) + "}"
     lines = [f"def {name}({', '.join(header)}):"]
-    if op._simple:
+    simple_apply = None
+    if op._short_path_ok():
+        # The short path has every argument, plain tensors and no tracing or transforms, so
+        # torch's C-level apply runs the class without compatfn's binding and checks.
+        simple_apply = _C_APPLY.__get__(None, _simple_function(op))
         plain: List[str] = []
-        tensors = [positional[i] for i in op._tensor_positions or ()]
+        tensors = [n for _, n in op._tensor_params]
         if op._opoverload is not None:  # tracing, modes and transforms need the dispatcher
-            # First: dynamo 2.1 cannot trace type(tensor).
-            plain.append(f"not ({compiling}() or {modes}() or {transforms}())")
+            plain.append(f"not ({' or '.join(f'{n}()' for n in probes)})")
         # Tensor subclasses, torch.fx proxies and wrong arguments take the general path.
         plain += [f"(type({t}) is {tensor} or type({t}) is {parameter})" for t in tensors]
-        if HAS_META_DEVICE:
+        if HAS_META_DEVICE:  # meta tensors get the fake kernel, or torch's error
             plain += [f"not {t}.is_meta" for t in tensors]
-        if _storage_id is not None:
-            distinct = [f"{key}({out}) != {key}({t})" for t in tensors]
-        else:  # at storage offset 0 a tensor's data pointer is its storage's
-            distinct = [f"not {out}.storage_offset()"]
-            distinct += [
-                f"not {t}.storage_offset() and {out}.data_ptr() != {t}.data_ptr()" for t in tensors
-            ]
+        distinct = _distinct_storage_source(
+            out, tensors, {"storage_id": storage_id, "alias_of": alias_of}
+        )
         needs_grad = " or ".join(f"{t}.requires_grad" for t in tensors) or "False"
         short = [
             f"if {needs_grad}:",
             f"    {out} = {apply}({', '.join(positional)})",
             "else:",
             f"    {out} = {kernel}({', '.join(positional)})",
-            f"if type({out}) is {tensor} and {' and '.join(distinct) or 'True'}:",
+            f"if type({out}) is {tensor} and {distinct}:",
             f"    return {out}",
-            f"return {op_}._checked_output({inputs}, {out})",
+            f"{op_}._check_no_alias({inputs}, {out})",
+            f"return {out}",
         ]
         lines.append(f"    if {' and '.join(plain) or 'True'}:")
         lines += [f"        {line}" for line in short]
@@ -930,12 +997,11 @@ def _generated_call(op: CustomOp) -> Callable:
     namespace: Dict[str, Any] = {
         tensor: torch.Tensor,
         parameter: torch.nn.Parameter,
-        apply: getattr(op, "_simple_apply", None),
+        apply: simple_apply,
         kernel: op._kernels.get(None),
-        key: _storage_id,
-        compiling: is_compiling,
-        modes: _dispatch_mode_count,
-        transforms: transforms_active,
+        storage_id: _storage_id,
+        alias_of: _is_alias_of,
+        **probes,
     }
     filename = f"<call of custom op {op._qualname}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -1004,19 +1070,11 @@ def _trim_elided_default_gradients(backward: Callable) -> Callable:
     return trimmed
 
 
-_TRIMMING_CLASSES: Dict[type, type] = {}
-
-
-def _trimming_opdef_class(opdef: Any) -> type:
-    """The class of ``opdef`` (torch's CustomOpDef) with a register_autograd that trims the
-    gradients of elided defaults (See NOTE: [elided default gradients])."""
-    base = type(opdef)
-    if base not in _TRIMMING_CLASSES:
-        _TRIMMING_CLASSES[base] = _make_trimming_class(base)
-    return _TRIMMING_CLASSES[base]
-
-
-def _make_trimming_class(base: Any) -> type:
+@functools.lru_cache(maxsize=None)
+def _trimming_opdef_class() -> type:
+    """torch's CustomOpDef with a register_autograd that trims the gradients of elided defaults
+    (See NOTE: [elided default gradients]); one class, made at first use."""
+    base: Any = torch._library.custom_ops.CustomOpDef  # type: ignore[attr-defined]
 
     def register_autograd(
         self: Any, backward: Callable, /, *, setup_context: Optional[Callable] = None
@@ -1072,7 +1130,7 @@ def _custom_op(
             )
             if CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS and _has_tensor_lists(opdef):
                 # See NOTE: [elided default gradients]
-                opdef.__class__ = _trimming_opdef_class(opdef)
+                opdef.__class__ = _trimming_opdef_class()
             return opdef
 
         return define if fn is None else define(fn)
