@@ -181,6 +181,40 @@ def test_readme_inplace_op_compiles_fullgraph(readme):
     dynamo.reset()
 
 
+EXPORT_MODES = core.features()["export"]
+
+
+@pytest.mark.parametrize("mode", ["strict", "non-strict"])
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "function"])
+def test_export_sees_one_op(tier, mode):
+    """torch.export keeps a registered op as one node of the graph (strict and non-strict, as
+    far as this torch exports), with a parameter that requires grad feeding it."""
+    if mode not in EXPORT_MODES:
+        pytest.skip(f"torch {torch.__version__} has no {mode} torch.export")
+
+    @make(tier, "npsin")
+    def npsin(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return torch.from_numpy(np.sin(x.detach().numpy()) * scale)
+
+    npsin.register_fake(lambda x, scale=1.0: torch.empty_like(x))
+
+    class Module(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.full((3,), 0.5))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return npsin(x * self.weight, scale=2.0) + 1
+
+    x, module = torch.randn(3), Module()
+    strict = {} if EXPORT_MODES == ("strict",) else {"strict": mode == "strict"}
+    program = torch.export.export(module, (x,), **strict)
+    namespace, name = npsin._qualname.split("::")
+    targets = [n.target for n in program.graph.nodes if n.op == "call_function"]
+    assert getattr(getattr(torch.ops, namespace), name).default in targets
+    assert torch.allclose(program.module()(x), module(x))
+
+
 # --------------------------------------------------------------------------- rules, per tier
 
 

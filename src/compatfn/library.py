@@ -143,8 +143,9 @@ _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _DEVICE_KEYS = {"cpu": "CPU", "cuda": "CUDA", "mps": "MPS", "xpu": "XPU"}
 
 #: What sends a registered op's call through the dispatcher: tracing, dispatch modes and
-#: torch.func transforms, in the order they are asked (``is_compiling`` first: dynamo 2.1 cannot
-#: trace the others), leaving out those this torch cannot answer True (no compiler before 2.0).
+#: torch.func transforms, in the order they are asked (``is_compiling`` first: under dynamo it
+#: answers before the C probes, which dynamo 2.1 cannot trace), leaving out those this torch
+#: cannot answer True (nothing compiles before torch 2.0).
 _DISPATCHER_PROBES: Tuple[Callable[[], Any], ...] = tuple(
     probe
     for probe, present in (
@@ -534,6 +535,7 @@ class CustomOp:
             and "[]" not in self._schema
             and "Tensor?" not in self._schema
             and list(self._kernels) == [None]
+            and self._kernels[None] is self.__wrapped__  # its signature is the op's
             and self._only_tensors_and_scalars
             and _returns_only_tensors(self._schema)
         )
@@ -930,7 +932,7 @@ def _tensor_parameters(
 # keywords and fills defaults (no ``inspect.Signature.bind``), and a wrong call raises Python's
 # TypeError naming the op. A simple op (one kernel, no mutation, no lists or optional tensors, no
 # keyword-only parameters, tensor outputs) takes the short path when its tensor arguments are
-# plain tensors, none on the meta device where a fake kernel would run for them, and, for a
+# plain tensors, none on the meta device (those get the fake kernel or torch's error), and, for a
 # registered op, nothing needs the dispatcher (tracing, dispatch modes, transforms): the kernel
 # runs directly or, when an input requires grad, through torch's C-level apply of a legacy-form
 # Function (``_simple_function``). Every other call (tensor subclasses, torch.fx proxies, wrong
@@ -971,6 +973,7 @@ def _generated_call(op: CustomOp) -> Callable:
         plain: List[str] = []
         tensors = [n for _, n in op._tensor_params]
         if op._opoverload is not None:  # tracing, modes and transforms need the dispatcher
+            # First: dynamo 2.1 cannot trace type(tensor).
             plain.append(f"not ({' or '.join(f'{n}()' for n in probes)})")
         # Tensor subclasses, torch.fx proxies and wrong arguments take the general path.
         plain += [f"(type({t}) is {tensor} or type({t}) is {parameter})" for t in tensors]
