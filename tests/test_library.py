@@ -482,6 +482,21 @@ def test_meta_tensors_need_a_fake_kernel(tier):
 
 
 @pytest.mark.parametrize("tier", TIERS)
+def test_a_kernel_for_meta_tensors(tier):
+    """``register_kernel("meta", fn)`` serves meta tensors where no fake kernel is registered."""
+    if not library.HAS_META_DEVICE:
+        pytest.skip(f"torch {torch.__version__} has no meta device")
+
+    @make(tier, "meta_kernel")
+    def meta_kernel(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    meta_kernel.register_kernel("meta", lambda x: x.new_empty((*x.shape, 2)))
+    assert meta_kernel(torch.empty(3, device="meta")).shape == (3, 2)
+    assert torch.equal(meta_kernel(torch.zeros(1)), torch.ones(1))
+
+
+@pytest.mark.parametrize("tier", TIERS)
 def test_undeclared_mutation_fails_opcheck(tier):
     @make(tier, "sneaky")
     def sneaky(x: torch.Tensor) -> torch.Tensor:

@@ -140,7 +140,8 @@ _dispatch_mode_count: Callable[[], int] = getattr(
     lambda: int(getattr(torch._C, "_get_torch_dispatch_mode", lambda: None)() is not None),
 )
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
-_DEVICE_KEYS = {"cpu": "CPU", "cuda": "CUDA", "mps": "MPS", "xpu": "XPU"}
+#: Device type -> dispatch key, where upper-casing the device type does not give it.
+_DEVICE_KEYS = {"meta": "Meta", "lazy": "Lazy", "privateuseone": "PrivateUse1"}
 
 #: What sends a registered op's call through the dispatcher: tracing, dispatch modes and
 #: torch.func transforms, in the order they are asked (``is_compiling`` first: under dynamo it
