@@ -241,6 +241,26 @@ def test_defaults_and_keywords_reach_setup_context(tier):
 
 
 @pytest.mark.parametrize("tier", TIERS)
+def test_setup_context_runs_only_in_grad_mode(tier):
+    """As torch >= 2.4: under ``torch.no_grad()`` the kernel runs without autograd, so the
+    registered setup_context is not called even for an input that requires grad."""
+    calls: List[int] = []
+
+    @make(tier, "counted")
+    def counted(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    counted.register_autograd(
+        lambda ctx, g: g * 2, setup_context=lambda ctx, inputs, output: calls.append(1)
+    )
+    x = torch.ones(2, requires_grad=True)
+    with torch.no_grad():
+        out = counted(x)
+    assert calls == [] and out.grad_fn is None and torch.equal(out, torch.full((2,), 2.0))
+    assert counted(x).grad_fn is not None and calls == [1]
+
+
+@pytest.mark.parametrize("tier", TIERS)
 def test_backward_without_register_autograd_raises_torchs_message(tier):
     @make(tier, "noback")
     def noback(x: torch.Tensor) -> torch.Tensor:

@@ -955,6 +955,7 @@ def _generated_call(op: CustomOp) -> Callable:
     op_, out, tensor, parameter, apply, kernel, storage_id, alias_of = (
         _fresh_name(n, taken) for n in names
     )
+    grad_enabled = _fresh_name("grad_enabled", taken)
     probes = {_fresh_name(f"probe{i}", taken): p for i, p in enumerate(_DISPATCHER_PROBES)}
     header: List[str] = [op_]
     for p in params:
@@ -983,7 +984,9 @@ def _generated_call(op: CustomOp) -> Callable:
         distinct = _distinct_storage_source(
             out, tensors, {"storage_id": storage_id, "alias_of": alias_of}
         )
-        needs_grad = " or ".join(f"{t}.requires_grad" for t in tensors) or "False"
+        # As torch >= 2.4 (and the general path): autograd, so setup_context, only in grad mode.
+        requires_grad = " or ".join(f"{t}.requires_grad" for t in tensors) or "False"
+        needs_grad = f"({requires_grad}) and {grad_enabled}()"
         short = [
             f"if {needs_grad}:",
             f"    {out} = {apply}({', '.join(positional)})",
@@ -1005,6 +1008,7 @@ def _generated_call(op: CustomOp) -> Callable:
         kernel: op._kernels.get(None),
         storage_id: _storage_id,
         alias_of: _is_alias_of,
+        grad_enabled: torch.is_grad_enabled,
         **probes,
     }
     filename = f"<call of custom op {op._qualname}>"
