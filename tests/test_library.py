@@ -240,10 +240,10 @@ def test_defaults_and_keywords_reach_setup_context(tier):
     assert torch.equal(g, torch.full((2,), 2.0))
 
 
-@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "torch"])
 def test_setup_context_runs_only_in_grad_mode(tier):
-    """As torch >= 2.4: under ``torch.no_grad()`` the kernel runs without autograd, so the
-    registered setup_context is not called even for an input that requires grad."""
+    """As torch 2.7+ (torch 2.4's own CustomOpDef still calls it): under ``torch.no_grad()`` the
+    kernel runs without autograd, so setup_context is not called for an input needing grad."""
     calls: List[int] = []
 
     @make(tier, "counted")
