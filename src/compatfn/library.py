@@ -984,7 +984,7 @@ def _generated_call(op: CustomOp) -> Callable:
         distinct = _distinct_storage_source(
             out, tensors, {"storage_id": storage_id, "alias_of": alias_of}
         )
-        # As torch >= 2.4 (and the general path): autograd, so setup_context, only in grad mode.
+        # As torch 2.7+ and the general path: autograd, so setup_context, only in grad mode.
         requires_grad = " or ".join(f"{t}.requires_grad" for t in tensors) or "False"
         needs_grad = f"({requires_grad}) and {grad_enabled}()"
         short = [
