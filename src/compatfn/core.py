@@ -1185,6 +1185,26 @@ def function(
 ) -> Union[_F, Callable[[_F], _F]]:
     """Make a setup_context-style ``torch.autograd.Function`` run on every torch from 1.8.
 
+    Example::
+
+        @function
+        class ClippedReLU(torch.autograd.Function):
+            @staticmethod
+            def forward(x, clip=1.0):
+                return x.clamp(0, clip)
+
+            @staticmethod
+            def setup_context(ctx, inputs, output):
+                x, clip = inputs  # the full positional inputs, defaults filled in
+                ctx.save_for_backward((x > 0) & (x < clip))
+
+            @staticmethod
+            def backward(ctx, grad):
+                (mask,) = ctx.saved_tensors
+                return grad * mask, None
+
+        ClippedReLU.apply(torch.randn(4, requires_grad=True), clip=2.0)  # keywords too
+
     Returns the same class, with an ``apply`` that accepts keyword arguments and always passes
     ``setup_context`` the full positional ``inputs`` (defaults filled in). ``legacy=True`` forces
     the torch 1.x adapter on any torch (so does the environment variable ``COMPATFN_LEGACY=1``);
@@ -1192,7 +1212,7 @@ def function(
     followed by ``k`` intermediates that setup_context may keep; ``apply`` returns the outputs
     alone and backward receives their gradients alone (a decorated subclass inherits ``k``).
 
-    Example::
+    With an intermediate::
 
         @function(intermediates=1)
         class Exp(torch.autograd.Function):

@@ -239,7 +239,10 @@ def _unpack_keep(packed: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tens
 
 @compatfn.function
 class ReLU(torch.autograd.Function):
-    """ReLU in its minimal form: saves the output (what backward needs), nothing more."""
+    """ReLU in its minimal form: saves the output (what backward needs), nothing more.
+
+    Example: ``ReLU.apply(torch.randn(3, requires_grad=True))``, or ``relu(x)``.
+    """
 
     generate_vmap_rule = True
 
@@ -264,7 +267,11 @@ class ReLU(torch.autograd.Function):
 
 @compatfn.function
 class ClippedReLU(torch.autograd.Function):
-    """Clipped ReLU ``min(max(0, x), clip)``: a non-tensor argument with a default."""
+    """Clipped ReLU ``min(max(0, x), clip)``: a non-tensor argument with a default.
+
+    Example: ``ClippedReLU.apply(torch.randn(3, requires_grad=True), clip=6.0)``, or
+    ``clipped_relu(x, clip=6.0)``.
+    """
 
     generate_vmap_rule = True
 
@@ -298,7 +305,10 @@ class ClippedReLU(torch.autograd.Function):
 
 @compatfn.function
 class MaskReLU(torch.autograd.Function):
-    """ReLU that saves a bool mask (1 byte/element, a quarter of a float32 output)."""
+    """ReLU that saves a bool mask (1 byte/element, a quarter of a float32 output).
+
+    Example: ``MaskReLU.apply(torch.randn(3, requires_grad=True))``, or ``mask_relu(x)``.
+    """
 
     generate_vmap_rule = True
 
@@ -329,7 +339,11 @@ class MaskReLU(torch.autograd.Function):
 
 @compatfn.function
 class InplaceReLU(torch.autograd.Function):
-    """ReLU that overwrites its input (``mark_dirty``) and saves the output for backward."""
+    """ReLU that overwrites its input (``mark_dirty``) and saves the output for backward.
+
+    Example: ``InplaceReLU.apply(torch.randn(3))``, or ``inplace_relu(x)`` (``x`` must not be a
+    leaf that requires grad: autograd refuses in-place changes to those).
+    """
 
     @staticmethod
     def forward(x: torch.Tensor) -> torch.Tensor:
@@ -361,7 +375,10 @@ class InplaceReLU(torch.autograd.Function):
 
 @compatfn.function
 class BitReLU(torch.autograd.Function):
-    """ReLU that saves a bit-packed mask: 1 bit/element, 32x less than a float32 output."""
+    """ReLU that saves a bit-packed mask: 1 bit/element, 32x less than a float32 output.
+
+    Example: ``BitReLU.apply(torch.randn(3, requires_grad=True))``, or ``bit_relu(x)``.
+    """
 
     @staticmethod
     def forward(x: torch.Tensor) -> torch.Tensor:

@@ -41,7 +41,15 @@ CHECKS = ("forward", "gradcheck", "gradgradcheck", "forward_ad", "parity", "vmap
 
 @dataclass
 class CheckReport:
-    """What :func:`check_function` did: ``ran`` (check names) and ``skipped`` (name -> reason)."""
+    """What :func:`check_function` did: ``ran`` (check names) and ``skipped`` (name -> reason).
+
+    Example::
+
+        >>> x = torch.randn(8, dtype=torch.double, requires_grad=True)
+        >>> report = check_function(compatfn.relu.ReLU, x)
+        >>> "gradcheck" in report.ran
+        True
+    """
 
     function: str
     torch_version: str
@@ -69,6 +77,12 @@ def check_function(
 ) -> CheckReport:
     """Check a (``@compatfn.function``-decorated) autograd Function on the running torch.
 
+    Example::
+
+        >>> x = torch.randn(8, dtype=torch.double, requires_grad=True)
+        >>> check_function(compatfn.relu.ClippedReLU, x, 2.0).ran[:2]
+        ['forward', 'gradcheck']
+
     Runs, in order (``checks`` selects a subset; the rest are reported as skipped):
 
     * ``forward``: calls it; an input modified in place must be returned (``mark_dirty``).
@@ -90,12 +104,6 @@ def check_function(
     need no class. Inputs that should get gradients need ``requires_grad=True``; pick values away
     from kinks for the numerical checks. Raises ``AssertionError`` naming the Function and the
     check on the first failure; returns a :class:`CheckReport` otherwise.
-
-    Example::
-
-        >>> x = torch.randn(8, dtype=torch.double, requires_grad=True)
-        >>> check_function(compatfn.relu.ClippedReLU, x, 2.0).ran[:2]
-        ['forward', 'gradcheck']
     """
     wanted = list(CHECKS) if checks is None else list(checks)
     unknown = [c for c in wanted if c not in CHECKS]
@@ -729,18 +737,18 @@ def _has_saved_tensors_hooks() -> bool:
 def saved_bytes(fn: Any, *inputs: Any, **kwargs: Any) -> int:
     """Bytes one call of ``fn`` keeps alive for backward (distinct storages, counted once).
 
+    Example::
+
+        >>> x = torch.randn(1000, requires_grad=True)
+        >>> saved_bytes(compatfn.relu.BitReLU, x)
+        125
+
     ``fn`` is a Function class (its ``apply`` is called) or any callable; give the inputs
     ``requires_grad=True`` (nothing is saved otherwise). Measured with
     ``torch.autograd.graph.saved_tensors_hooks`` (torch >= 1.10), which sees every tensor saved
     by every op of the call; tensors stashed as plain ctx attributes are invisible to it. On older
     torch only a Function's own ``save_for_backward`` can be measured (the output's ``grad_fn``
     must be that Function); otherwise ``RuntimeError`` says so.
-
-    Example::
-
-        >>> x = torch.randn(1000, requires_grad=True)
-        >>> saved_bytes(compatfn.relu.BitReLU, x)
-        125
     """
     call = fn.apply if _is_function_class(fn) else fn
     if _has_saved_tensors_hooks():
