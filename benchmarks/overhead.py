@@ -1,9 +1,12 @@
-"""Per-call overhead of ``@compatfn.function`` (issue 2, "Performance"), side by side.
+"""Per-call overhead of ``@compatfn.function``, side by side with plain torch.
 
 Usage::
 
     python benchmarks/overhead.py            # µs per call, 1-element CPU tensor
-    python benchmarks/overhead.py --quick --json overhead.json
+    python benchmarks/overhead.py --quick    # one short round (a smoke test)
+
+Writes benchmarks/results/overhead-torch<X.Y.Z>-cpu.json, which the docs' Performance page
+renders (see benchmarks/results_json.py).
 
 Phases: ``fwd`` (forward on an input that requires grad, as in training: the call records the
 graph; the targets refer to it), ``fwd, no grad`` (the cheapest call, where the fixed per-call cost
@@ -16,7 +19,7 @@ weighs most; reported, no target) and ``fwd+bwd`` (with ``torch.autograd.grad``)
   equivalent hand-written ``forward(ctx, ...)`` Function called positionally. Targets: <= 1.10x
   positional, <= 1.30x keyword.
 
-* custom operator (issue 11): ``compatfn.custom_op`` with ``register_autograd`` vs a
+* custom operator: ``compatfn.custom_op`` with ``register_autograd`` vs a
   hand-written legacy ``forward(ctx, ...)`` Function doing the same (``HandLegacy``), called
   positionally and with a keyword. Target on torch 1.x-2.3 (where compatfn builds the op):
   <= 1.2x. On torch >= 2.4 the op is torch's own ``CustomOpDef``: reported, no target.
@@ -28,17 +31,18 @@ block of each row is kept (the estimate least disturbed by other load on a share
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
+import results_json  # next to this script
 import torch
 from torch.utils.benchmark import Timer
 
 import compatfn
 from compatfn.core import APPLY_FILLS_DEFAULTS, HAS_SETUP_CONTEXT
 from compatfn.library import HAS_TORCH_CUSTOM_OP
+
 
 
 def make_new() -> type:
@@ -206,6 +210,9 @@ def PHASES(stmt: str, x0: torch.Tensor, xg: torch.Tensor) -> List[Tuple[str, str
     ]
 
 
+_PHASE_NAMES = ("fwd", "fwd, no grad", "fwd+bwd")
+
+
 def _targets(kind: str, label: str, phase: str) -> Optional[float]:
     if phase == "fwd, no grad":
         return None
@@ -286,7 +293,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--quick", action="store_true", help="one short round")
     p.add_argument("--rounds", type=int, default=15, help="alternating rounds (best kept)")
     p.add_argument("--min-run-time", type=float, default=0.06, help="seconds per timed block")
-    p.add_argument("--json", default=None, help="write the rows as JSON here")
+    p.add_argument(
+        "--results",
+        default=results_json.RESULTS,
+        help="folder for the JSON result (default: benchmarks/results; '' writes none)",
+    )
     args = p.parse_args(argv)
     rounds, mrt = (1, 0.05) if args.quick else (args.rounds, args.min_run_time)
     torch.set_num_threads(1)
@@ -306,11 +317,42 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"{r['mode']:14} {r['label']:34} {r['phase']:12} {r['us']:8.2f} {r['ratio']:6.2f}  "
             f"{target}"
         )
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"torch": str(torch.__version__), "rows": rows}, f, indent=1)
-        print(f"wrote {args.json}")
+    if args.results:
+        path = results_json.write(
+            "overhead",
+            "Per-call cost of a decorated Function (1-element CPU tensor)",
+            results_json.command("overhead.py", argv),
+            COLUMNS,
+            table_rows(rows),
+            "cpu",
+            note=NOTE.format(rounds=rounds),
+            results=args.results,
+        )
+        print(f"wrote {path}")
     return 0
+
+
+#: The columns of the JSON result: per phase the time and the ratio to the group's baseline.
+COLUMNS = ["call", *(f"{phase} {unit}" for phase in _PHASE_NAMES for unit in ("µs", "ratio"))]
+NOTE = (
+    "Each ratio compares a call with the first row of its group, measured side by side in the "
+    "same process (best of {rounds} alternating rounds, 1 thread): native rows against the "
+    "undecorated class, legacy and custom_op rows against a hand-written legacy Function, "
+    "intermediates against a hand-written Function whose caller slices off the extra output. "
+    "Read the ratios; absolute times depend on the machine."
+)
+
+
+def table_rows(rows: List[Dict[str, Any]]) -> List[List[Any]]:
+    """One row per call (``path: label``), the phases side by side."""
+    table: Dict[str, List[Any]] = {}
+    for r in rows:
+        group = r["mode"] if r["kind"] == "op" else r["kind"]  # op rows name compatfn's tier
+        label = f"{group}: {r['label']}"
+        cells = table.setdefault(label, [label] + [None] * (len(COLUMNS) - 1))
+        at = 1 + 2 * _PHASE_NAMES.index(r["phase"])
+        cells[at : at + 2] = [round(r["us"], 2), round(r["ratio"], 3)]
+    return list(table.values())
 
 
 if __name__ == "__main__":

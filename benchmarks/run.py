@@ -1,27 +1,28 @@
 """Reference ReLU suite vs torch: fwd+bwd time and bytes saved for backward, side by side.
 
-Usage (what ``nox -s bench`` runs; README's "Benchmarks" section shows the figures)::
+Usage (what ``nox -s bench-X-Y`` runs; the docs' Performance page shows the results)::
 
     python benchmarks/run.py                      # 2^10 ... 2^24 fp32, CPU (+ CUDA if present)
     python benchmarks/run.py --quick              # small sizes, short runs (a smoke test)
-    python benchmarks/run.py --sizes 16,20,24 --json out.json --plot out.png
+    python benchmarks/run.py --sizes 16,20,24 --plot out.png
 
 Each row times ``torch.autograd.grad(f(x), x, g)`` with ``torch.utils.benchmark.Timer``; every
 candidate of a size is measured in the same process, in alternating rounds, and the best median
 is kept (the machine is noisy). Ratios are against ``torch.relu`` (``torch.relu_`` for the in-place
-variant, ``clamp`` for the clipped one). Prints a plain table, writes JSON, and a PNG plot when
-matplotlib is installed. Also runs ``benchmarks/overhead.py`` with ``--overhead``.
+variant, ``clamp`` for the clipped one). Prints a plain table and writes
+``benchmarks/results/relu-torch<X.Y.Z>-<device>.json`` (see ``results_json.py``); ``--plot PATH``
+also draws a PNG with matplotlib. Also runs ``benchmarks/overhead.py`` with ``--overhead``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import results_json  # next to this script
 import torch
 from torch.utils.benchmark import Timer
 
@@ -100,6 +101,33 @@ def run(
                 )
             print(f"# done {device} 2^{exp}", file=sys.stderr, flush=True)
     return rows
+
+
+#: The columns of the JSON result (the label is ``2^<size> <function> vs <baseline>``).
+COLUMNS = ["function", "elements", "fwd+bwd ms", "time ratio", "saved bytes", "bytes ratio"]
+NOTE = (
+    "fwd+bwd is ``torch.autograd.grad(f(x), x, g)`` on float32 inputs; each ratio compares a "
+    "function with its torch baseline at the same size, measured side by side in the same "
+    "process (best median of {rounds} alternating rounds, {threads} threads). Saved bytes are "
+    "what one call keeps alive for backward (``compatfn.testing.saved_bytes``; empty where this "
+    "torch cannot measure a built-in op). Read the ratios; absolute times depend on the machine."
+)
+
+
+def table_rows(rows: List[Dict[str, Any]]) -> List[List[Any]]:
+    """The rows of one device for the JSON result; the baselines themselves are left out."""
+    return [
+        [
+            f"2^{r['log2_size']} {r['name']} vs {r['baseline']}",
+            r["size"],
+            round(r["time_s"] * 1e3, 4),
+            round(r["time_ratio"], 3),
+            r["saved_bytes"],
+            None if r["saved_ratio"] is None else round(r["saved_ratio"], 4),
+        ]
+        for r in rows
+        if r["name"] != r["baseline"]
+    ]
 
 
 def _table(rows: List[Dict[str, Any]]) -> str:
@@ -184,11 +212,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--min-run-time", type=float, default=0.5, help="seconds per measurement")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     p.add_argument(
-        "--json",
-        default=os.path.join("benchmarks", "results", "relu.json"),
-        help="write rows as JSON here (default: benchmarks/results/relu.json)",
+        "--results",
+        default=results_json.RESULTS,
+        help="folder for the JSON results, one per device (default: benchmarks/results; '' "
+        "writes none)",
     )
-    p.add_argument("--plot", default=None, help="PNG path (default: next to --json)")
+    p.add_argument("--plot", default=None, help="also write a PNG plot here (needs matplotlib)")
     p.add_argument("--overhead", action="store_true", help="also run benchmarks/overhead.py")
     args = p.parse_args(argv)
 
@@ -213,29 +242,27 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(_table(rows))
     for line in _verdicts(rows):
         print(line)
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        meta = {
-            "torch": str(torch.__version__),
-            "compatfn": compatfn.__version__,
-            "python": platform.python_version(),
-            "threads": torch.get_num_threads(),
-            "machine": platform.machine(),
-            "processor": platform.processor(),
-        }
-        with open(args.json, "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
-        print(f"wrote {args.json}")
-        plot = args.plot or os.path.splitext(args.json)[0] + ".png"
-        if _plot(rows, plot):
-            print(f"wrote {plot}")
-        else:
-            print("matplotlib not installed: no plot")
+    if args.results:
+        for device in devices:
+            path = results_json.write(
+                "relu",
+                "Reference ReLU suite against torch: fwd+bwd time and bytes saved for backward",
+                results_json.command("run.py", argv),
+                COLUMNS,
+                table_rows([r for r in rows if r["device"] == device]),
+                device,
+                note=NOTE.format(threads=torch.get_num_threads(), rounds=rounds),
+                results=args.results,
+            )
+            print(f"wrote {path}")
+    if args.plot:
+        print(f"wrote {args.plot}" if _plot(rows, args.plot) else "matplotlib not installed: no plot")
     if args.overhead:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import overhead
 
-        overhead.main(["--quick"] if args.quick else [])
+        where = [] if args.results == results_json.RESULTS else ["--results", args.results]
+        overhead.main([*(["--quick"] if args.quick else []), *where])
     return 0
 
 
