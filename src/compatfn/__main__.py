@@ -274,8 +274,9 @@ def _print_report(data: Dict[str, Any]) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    console_script = Path(sys.argv[0]).name == "compatfn"  # installed as the `compatfn` command
     parser = argparse.ArgumentParser(
-        prog="python -m compatfn",
+        prog="compatfn" if console_script else "python -m compatfn",
         description="Report what the installed torch offers for custom autograd Functions and "
         "self-check compatfn's reference Functions on it.",
     )
