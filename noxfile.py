@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import shutil
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -113,18 +114,104 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(name="report", python=False, default=False)
 def report_(session: nox.Session) -> None:
-    """Turn reports/junit/*.xml into the support table; write it to README.md and reports/."""
+    """Turn reports/junit/*.xml into the support table; write it to docs/support.md and
+    reports/."""
     table = report.render(JUNIT_DIR)
     out = ROOT / "reports" / "support-table.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(table)
-    report.embed(ROOT / "README.md", table)
-    session.log(f"wrote {out.relative_to(ROOT)} and the support table in README.md")
+    report.embed(SUPPORT_PAGE, table)
+    session.log(f"wrote {out.relative_to(ROOT)} and the support table in docs/support.md")
+
+
+@nox.session(python=matrix.LINT_PYTHON, default=False)
+def docs(session: nox.Session) -> None:
+    """Build the documentation into docs/_build/html (warnings are errors) and run every example
+    of README.md and docs/*.md on the newest torch (tests/test_docs.py)."""
+    row = matrix.ROWS[-1]
+    _install(session, row, "-r", str(ROOT / "docs" / "requirements.txt"))
+    out = ROOT / "docs" / "_build" / "html"
+    session.run("sphinx-build", "-W", "--keep-going", "-q", "-b", "html", "docs", str(out))
+    session.log(f"built {out.relative_to(ROOT)}/index.html")
+    env = {"COMPATFN_EXPECT_TORCH": row.torch, "COMPATFN_EXPECT_INSTALLED": "1"}
+    session.run("pytest", "-q", "tests/test_docs.py", *session.posargs, env=env)
+
+
+@nox.session(python=matrix.LINT_PYTHON, default=False)
+def build(session: nox.Session) -> None:
+    """Build the sdist and the wheel into dist/ and check them: twine check --strict,
+    check-wheel-contents, the tests inside the sdist, and the wheel installed into a fresh
+    environment (the newest torch, no NumPy) running `python -m compatfn`."""
+    dist = ROOT / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.install(*BUILD_TOOLS)
+    session.run("uv", "build", "-q", "-o", str(dist), str(ROOT), external=True)  # wheel from sdist
+    (sdist,), (wheel,) = dist.glob("compatfn-*.tar.gz"), dist.glob("compatfn-*.whl")
+    session.run("twine", "check", "--strict", str(sdist), str(wheel))
+    session.run("check-wheel-contents", "--config", str(ROOT / "pyproject.toml"), str(wheel))
+    _check_sdist_contents(session, sdist)
+    fresh = Path(tempfile.mkdtemp(prefix="compatfn-fresh-"))
+    atexit.register(shutil.rmtree, fresh, ignore_errors=True)
+    python = str(fresh / "bin" / "python")
+    session.run("uv", "venv", "-q", "-p", str(session.python), str(fresh), external=True)
+    torch = f"torch=={matrix.ROWS[-1].torch}"
+    session.run("uv", "pip", "install", "-q", "-p", python, torch, str(wheel), external=True)
+    report_text = str(session.run(python, "-m", "compatfn", external=True, silent=True))
+    print(report_text)
+    if "NumPy" in report_text:
+        session.error("python -m compatfn mentions NumPy on an install without it")
+    _run_sdist_tests(session, sdist, python, fresh)
+    session.log(f"built and checked {sdist.name} and {wheel.name} in dist/")
 
 
 # ------------------------------------------------------------------------------------------------
 # Helpers
 # ------------------------------------------------------------------------------------------------
+
+#: Where ``nox -s report`` writes the support table (between the markers of tools/report.py).
+SUPPORT_PAGE = ROOT / "docs" / "support.md"
+#: What ``nox -s build`` checks the distributions with.
+BUILD_TOOLS = ("twine==7.0.0", "check-wheel-contents==0.6.3")
+#: What the sdist must carry besides the package: its tests pass from an unpacked sdist.
+SDIST_MUST_HOLD = (
+    "tests/conftest.py",
+    "tests/test_docs.py",
+    "tests/migrate_corpus",
+    "docs/index.md",
+    "README.md",
+    "CHANGELOG.md",
+    "tox.toml",
+    "tools/matrix.py",
+    ".ci/run",
+)
+
+
+def _run_sdist_tests(session: nox.Session, sdist: Path, python: str, where: Path) -> None:
+    """Unpack the sdist and run its packaging tests against the installed wheel (the whole
+    suite runs from an sdist the same way; the torch rows' sessions cover it)."""
+    with tarfile.open(sdist) as archive:
+        archive.extractall(where / "sdist")  # noqa: S202 (our own archive, just built)
+    (tree,) = (where / "sdist").iterdir()
+    session.run("uv", "pip", "install", "-q", "-p", python, "pytest>=7", external=True)
+    env = {"COMPATFN_EXPECT_INSTALLED": "1"}
+    with session.chdir(tree):
+        session.run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    "tests/test_vendor.py", external=True, env=env)
+
+
+def _check_sdist_contents(session: nox.Session, sdist: Path) -> None:
+    """Fail unless the sdist holds the tests and what they read (README, docs, the matrix)."""
+    with tarfile.open(sdist) as archive:
+        names = archive.getnames()
+    top = names[0].split("/")[0]
+    missing = [
+        item
+        for item in SDIST_MUST_HOLD
+        if not any(n == f"{top}/{item}" or n.startswith(f"{top}/{item}/") for n in names)
+    ]
+    if missing:
+        session.error(f"{sdist.name} lacks {', '.join(missing)}: see MANIFEST.in")
+
 
 _wheel: Path | None = None
 

@@ -8,7 +8,11 @@ at the start of every build (into ``docs/_generated/``, never committed).
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
+
+# torch warns at import where NumPy is missing; the docs never need NumPy.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repository's tools package (perf_page)
@@ -32,6 +36,7 @@ myst_enable_extensions = ["colon_fence"]
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
+autodoc_inherit_docstrings = False  # torch's own Function docstrings are not compatfn's API
 
 html_theme = "furo"
 html_title = f"compatfn {release}"
