@@ -44,7 +44,6 @@ from compatfn.core import APPLY_FILLS_DEFAULTS, HAS_SETUP_CONTEXT
 from compatfn.library import HAS_TORCH_CUSTOM_OP
 
 
-
 def make_new() -> type:
     """A fresh, undecorated setup_context-style class (one per call: decorating one is safe)."""
 

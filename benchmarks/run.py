@@ -256,7 +256,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             )
             print(f"wrote {path}")
     if args.plot:
-        print(f"wrote {args.plot}" if _plot(rows, args.plot) else "matplotlib not installed: no plot")
+        drawn = _plot(rows, args.plot)
+        print(f"wrote {args.plot}" if drawn else "matplotlib not installed: no plot")
     if args.overhead:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import overhead

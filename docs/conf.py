@@ -23,7 +23,7 @@ import compatfn  # noqa: E402
 
 project = "compatfn"
 author = "compatfn developers"
-copyright = "compatfn developers"  # noqa: A001
+copyright = "compatfn developers"
 release = version = compatfn.__version__
 
 extensions = ["myst_parser", "sphinx.ext.autodoc"]

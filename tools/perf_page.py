@@ -70,10 +70,10 @@ def load(path: Path) -> Result:
 
 
 def number(cell: Cell) -> str:
-    """A table cell: ``null`` as a dash, numbers to a precision that reads well."""
+    """A table cell: ``null`` as n/a, numbers to a precision that reads well."""
     if cell is None:
-        return "–"
-    if isinstance(cell, str) or isinstance(cell, int):
+        return "n/a"
+    if isinstance(cell, (str, int)):
         return str(cell)
     if abs(cell) >= 100:
         return f"{cell:.0f}"
@@ -110,7 +110,8 @@ def svg(result: Result) -> str:
     for r, row in enumerate(result.rows):
         y0 = top + group_h * r
         label = html.escape(str(row[0]))
-        out.append(f'<text x="{label_w - 6}" y="{y0 + group_h / 2}" text-anchor="end">{label}</text>')
+        middle = y0 + group_h / 2
+        out.append(f'<text x="{label_w - 6}" y="{middle}" text-anchor="end">{label}</text>')
         for n, column in enumerate(plotted):
             value = row[column]
             if value is None:
@@ -118,8 +119,14 @@ def svg(result: Result) -> str:
             w = plot_w * float(value) / scale_max
             y = y0 + bar_h * n
             colour = COLOURS[n % 6]
-            out.append(f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{bar_h - 1}" fill="{colour}"/>')
-            out.append(f'<text x="{label_w + w + 3:.1f}" y="{y + bar_h - 1}" font-size="9">{number(value)}</text>')
+            out.append(
+                f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{bar_h - 1}" '
+                f'fill="{colour}"/>'
+            )
+            out.append(
+                f'<text x="{label_w + w + 3:.1f}" y="{y + bar_h - 1}" font-size="9">'
+                f"{number(value)}</text>"
+            )
     one = label_w + plot_w / scale_max
     out.append(
         f'<line x1="{one:.1f}" y1="{top - 4}" x2="{one:.1f}" y2="{height - 16}" stroke="black" '
