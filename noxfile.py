@@ -133,7 +133,13 @@ def docs(session: nox.Session) -> None:
     out = ROOT / "docs" / "_build" / "html"
     session.run("sphinx-build", "-W", "--keep-going", "-q", "-b", "html", "docs", str(out))
     session.log(f"built {out.relative_to(ROOT)}/index.html")
-    env = {"COMPATFN_EXPECT_TORCH": row.torch, "COMPATFN_EXPECT_INSTALLED": "1"}
+    # Every example in a brand-new interpreter (the tests sessions fork them from one that has
+    # imported torch: see tests/test_docs.py).
+    env = {
+        "COMPATFN_EXPECT_TORCH": row.torch,
+        "COMPATFN_EXPECT_INSTALLED": "1",
+        "COMPATFN_DOCS_FRESH": "1",
+    }
     session.run("pytest", "-q", "tests/test_docs.py", *session.posargs, env=env)
 
 

@@ -10,6 +10,11 @@ Requirements: ``torch>=X.Y`` / ``torch<X.Y``, ``cuda`` (a usable GPU), ``native`
 native path: ``setup_context`` exists and ``COMPATFN_LEGACY`` does not force the legacy path) and
 ``import:NAME`` (an importable module). Where one is not met the block still runs and must fail --
 so a marker that is no longer needed is reported -- and the test is then skipped with the reason.
+
+Each block runs in a subprocess of its own with an empty ``__main__``. By default that subprocess
+is forked from a helper interpreter that has imported torch and nothing else (see :data:`ZYGOTE`),
+which saves every block the seconds torch takes to import; with ``COMPATFN_DOCS_FRESH=1`` (what
+``nox -s docs`` sets) each block gets a brand-new interpreter instead.
 """
 
 from __future__ import annotations
@@ -17,12 +22,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import select
 import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import pytest
 import torch
@@ -111,19 +117,91 @@ def unmet(requirement: str) -> Optional[str]:
     raise ValueError(f"unknown requirement {requirement!r}: see tests/test_docs.py")
 
 
-def run(block: Block, folder: Path) -> subprocess.CompletedProcess:
-    """Run ``block`` as a script in ``folder`` with this interpreter (compatfn as installed)."""
+#: The helper interpreter: imports torch, then for each line ``<script>\t<output file>`` on stdin
+#: forks a child that runs the script as ``__main__`` (its own folder as working directory, stdout
+#: and stderr into the output file) and prints the child's exit status.
+ZYGOTE = r"""
+import os, runpy, sys, traceback
+import torch
+
+def child(script, out):
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.chdir(os.path.dirname(script))
+    sys.argv = [script]
+    code = 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        break
+    script, out = line.rstrip("\n").split("\t")
+    pid = os.fork()
+    if pid == 0:
+        child(script, out)
+    _, status = os.waitpid(pid, 0)
+    print(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status), flush=True)
+"""
+
+
+def _environment() -> dict:
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Optional[subprocess.Popen]]:
+    """The helper interpreter, or None where each block gets a fresh interpreter."""
+    if os.environ.get("COMPATFN_DOCS_FRESH", "") not in ("", "0") or not hasattr(os, "fork"):
+        yield None
+        return
+    process = subprocess.Popen(
+        [sys.executable, "-c", ZYGOTE],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=tmp_path_factory.mktemp("zygote"),
+        env=_environment(),
+        text=True,
+    )
+    yield process
+    process.stdin.close()  # type: ignore[union-attr]
+    process.wait(timeout=60)
+
+
+def run(block: Block, folder: Path, zygote: Optional[subprocess.Popen]) -> Tuple[int, str]:
+    """Run ``block`` as a script in ``folder``; return its exit status and output."""
     script = folder / "block.py"
     script.write_text(f"# {block.where}\n" + block.source, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run(
-        [sys.executable, str(script)],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+    if zygote is None:
+        done = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=folder,
+            env=_environment(),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+        return done.returncode, done.stdout + done.stderr
+    out = folder / "output.txt"
+    zygote.stdin.write(f"{script}\t{out}\n")  # type: ignore[union-attr]
+    zygote.stdin.flush()  # type: ignore[union-attr]
+    ready, _, _ = select.select([zygote.stdout], [], [], TIMEOUT_S)
+    if not ready:
+        zygote.kill()
+        pytest.fail(f"{block.where} ran longer than {TIMEOUT_S} s")
+    status = zygote.stdout.readline()  # type: ignore[union-attr]
+    assert status.strip(), f"the helper interpreter died running {block.where}"
+    return int(status), out.read_text(encoding="utf-8", errors="replace")
 
 
 def test_the_pages_have_python_examples():
@@ -132,17 +210,22 @@ def test_the_pages_have_python_examples():
 
 
 @pytest.mark.parametrize("block", python_blocks(), ids=lambda b: b.where)
-def test_example_runs_on_its_own(block: Block, tmp_path: Path):
+def test_example_runs_on_its_own(
+    block: Block, tmp_path: Path, zygote: Optional[subprocess.Popen]
+) -> None:
     reasons = [f"{req}: {why}" for req in block.requires for why in [unmet(req)] if why]
-    done = run(block, tmp_path)
-    output = (done.stdout + done.stderr)[-3000:]
+    status, output = run(block, tmp_path, zygote)
+    output = output[-3000:]
     if reasons:
-        assert done.returncode != 0, (
+        assert status != 0, (
             f"{block.where} is marked `requires: {', '.join(block.requires)}` but runs here "
             f"({'; '.join(reasons)}): drop the requirement that is no longer needed"
         )
-        pytest.skip(f"{block.where} needs {'; '.join(reasons)} (checked: it fails here)")
-    assert done.returncode == 0, f"{block.where} failed:\n{output}"
+        error = (output.strip().splitlines() or ["no output"])[-1]
+        pytest.skip(
+            f"{block.where} needs {'; '.join(reasons)} (checked: here it fails with {error})"
+        )
+    assert status == 0, f"{block.where} failed:\n{output}"
 
 
 def test_no_example_needs_numpy():
