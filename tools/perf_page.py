@@ -92,7 +92,8 @@ def table(result: Result) -> str:
 def svg(result: Result) -> str:
     """Horizontal bars of the ratio columns, one group per row, a line at 1.0 (parity)."""
     plotted = result.ratio_columns
-    label_w, plot_w, bar_h, gap, top = 300, 380, 9, 8, 34
+    longest = max((len(str(row[0])) for row in result.rows), default=10)
+    label_w, plot_w, bar_h, gap, top = int(6.5 * longest) + 16, 380, 9, 8, 34
     values = [c for row in result.rows for c in (row[i] for i in plotted) if c is not None]
     scale_max = max([1.0, *(float(v) for v in values)]) * 1.1
     group_h = bar_h * len(plotted) + gap
