@@ -196,7 +196,7 @@ def test_report_under_warnings_as_errors_shows_the_same_features():
     assert not any(str(value).startswith("error:") for value in features.values()), features
 
 
-def test_report_shows_a_torch_import_warning_as_one_line():
+def test_report_leaves_out_torchs_numpy_warning():
     code = (
         "import sys; sys.modules['numpy'] = None\n"
         "from compatfn.__main__ import main\n"
@@ -208,8 +208,9 @@ def test_report_shows_a_torch_import_warning_as_one_line():
         return
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
-    warned = [line for line in done.stdout.splitlines() if line.startswith("torch warned: ")]
-    assert len([line for line in warned if "NumPy" in line]) == 1  # torch 1.10 adds another
+    # torch warns "Failed to initialize NumPy" here; compatfn never uses NumPy, so the report
+    # drops exactly that warning (tests/test_main.py: other warnings stay, one line each).
+    assert "NumPy" not in done.stdout
 
 
 def core_needs_numpy() -> bool:
