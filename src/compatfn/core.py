@@ -1491,16 +1491,16 @@ def as_legacy(cls: _F) -> _F:
 def functional(cls: Any) -> Callable[..., Any]:
     """Return a plain function that calls ``cls.apply``, with forward's signature and docstring.
 
+    Example::
+
+        clipped_relu = functional(ClippedReLU)
+        clipped_relu(x, clip=2.0)
+
     This is the form libraries expose (``my_op = MyFunction.apply``), keyword arguments included,
     and the form that compiles (``fullgraph=True``) wherever torch.compile works: dynamo takes no
     keyword arguments to ``Fn.apply`` before torch 2.13, so they are bound here while it traces,
     and where dynamo mishandles setup_context-style Functions the legacy-form copy is traced
     instead (see NOTE: [dynamo traces the legacy-form copy]).
-
-    Example::
-
-        clipped_relu = functional(ClippedReLU)
-        clipped_relu(x, clip=2.0)
     """
     record = _record(cls)
     apply = cls.apply
@@ -1638,16 +1638,6 @@ def _autocast_ctxless_forward(fwd: Callable, device_type: str, cast_inputs: Any)
 def custom_fwd(fwd: Optional[Callable] = None, *, device_type: str, cast_inputs: Any = None) -> Any:
     """Run forward under autocast as torch's ``custom_fwd`` does, for either Function style.
 
-    Works on a setup_context-style ``forward(*args)`` and on a legacy ``forward(ctx, *args)``:
-    ``@function`` decides which from the class (does it define ``setup_context``?), never from
-    parameter names, and records the autocast state on ctx before ``setup_context``. Without
-    ``@function`` the forward must take ctx first. With ``cast_inputs`` set, inside an autocast
-    region the floating-point inputs of ``device_type`` are cast to it and forward (and
-    setup_context) run with autocast disabled. Pair it with :func:`custom_bwd`. Uses
-    ``torch.amp.custom_fwd`` (torch >= 2.4) or ``torch.cuda.amp.custom_fwd`` for ctx-taking
-    forwards where torch has them; never touches the caller's tensors; raises ValueError where
-    this torch has no autocast for ``device_type``.
-
     Example::
 
         @function
@@ -1661,6 +1651,16 @@ def custom_fwd(fwd: Optional[Callable] = None, *, device_type: str, cast_inputs:
             @custom_bwd(device_type="cuda")
             def backward(ctx, grad):
                 ...
+
+    Works on a setup_context-style ``forward(*args)`` and on a legacy ``forward(ctx, *args)``:
+    ``@function`` decides which from the class (does it define ``setup_context``?), never from
+    parameter names, and records the autocast state on ctx before ``setup_context``. Without
+    ``@function`` the forward must take ctx first. With ``cast_inputs`` set, inside an autocast
+    region the floating-point inputs of ``device_type`` are cast to it and forward (and
+    setup_context) run with autocast disabled. Pair it with :func:`custom_bwd`. Uses
+    ``torch.amp.custom_fwd`` (torch >= 2.4) or ``torch.cuda.amp.custom_fwd`` for ctx-taking
+    forwards where torch has them; never touches the caller's tensors; raises ValueError where
+    this torch has no autocast for ``device_type``.
     """
     if fwd is None:
         return functools.partial(custom_fwd, device_type=device_type, cast_inputs=cast_inputs)
@@ -1866,6 +1866,11 @@ def _export_modes() -> Tuple[str, ...]:
 def features() -> Dict[str, Any]:
     """Report what the running torch offers for custom Functions, as data.
 
+    Example::
+
+        >>> features()["setup_context"]
+        True
+
     ``torch`` is the version string; ``setup_context``, ``torch_func``, ``amp_device_generic`` and
     ``cpu_autocast`` are booleans; the probed ``apply_kwargs``, ``default_binding`` and
     ``forward_ad`` are True, False, or ``"error: <why>"`` when the probe failed unexpectedly;
@@ -1873,11 +1878,6 @@ def features() -> Dict[str, Any]:
     ``"functional"`` (only ``functional(Fn)``, ``torch.compile(Fn.apply)`` and legacy-form classes
     compile) or ``"unavailable"``; ``export`` is the tuple of torch.export modes, e.g.
     ``("strict", "non-strict")``. The command-line report explains each entry.
-
-    Example::
-
-        >>> features()["setup_context"]
-        True
     """
     return {
         "torch": str(torch.__version__),
