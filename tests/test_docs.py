@@ -37,7 +37,7 @@ from compatfn import core
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-OPEN_FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\s]*)")
+OPEN_FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
 MARKER = re.compile(r"^\s*<!--\s*requires:\s*(?P<requires>.*?)\s*-->\s*$")
 PYTHON = {"python", "py", "python3"}
 TIMEOUT_S = 600
@@ -74,7 +74,7 @@ def blocks(page: Path) -> List[Block]:
         closing = re.compile(rf"^ *{re.escape(fence[0])}{{{len(fence)},}}\s*$")
         end = next((j for j in range(i + 1, len(lines)) if closing.match(lines[j])), len(lines))
         body = "\n".join(line[indent:] for line in lines[i + 1 : end])
-        info = opening.group("info").lower()
+        info = (opening.group("info").split() or [""])[0].lower()
         found.append(Block(page, i + 1, end + 1, info, body + "\n", _marker(lines, i)))
         i = end + 1
     return found
@@ -249,7 +249,7 @@ def test_every_marker_stands_before_a_python_block():
                 continue
             following = next((text for text in lines[number:] if text.strip()), "")
             fence = OPEN_FENCE.match(following)
-            if fence is None or fence.group("info").lower() not in PYTHON:
+            if fence is None or (fence.group("info").split() or [""])[0].lower() not in PYTHON:
                 stray.append(f"{page.relative_to(ROOT)}:{number}")
     assert not stray, f"requirement markers not followed by a ```python block: {stray}"
 
@@ -285,6 +285,7 @@ def test_blocks_are_found_with_their_markers(tmp_path: Path):
             not a block
             ```
             ````
+            ```` ```python ```` in a sentence is not a fence either.
             """
         )
     )
