@@ -1,20 +1,20 @@
 """Every ```python block of README.md and docs/*.md runs on its own, as written, on this torch.
 
-Each block runs in a fresh interpreter (a subprocess, in an empty folder), so it must import and
-define everything it uses. A block that needs something a torch lacks says so on the line before
-it, in an HTML comment that the rendered page does not show::
+Each block runs on its own (a subprocess, in an empty folder, with an empty ``__main__``), so it
+must import and define everything it uses. A block that needs something a torch lacks says so on the
+line before it, in an HTML comment that the rendered page does not show::
 
     <!-- requires: torch>=2.0, native -->
 
-Requirements: ``torch>=X.Y`` / ``torch<X.Y``, ``cuda`` (a usable GPU), ``native`` (compatfn's
-native path: ``setup_context`` exists and ``COMPATFN_LEGACY`` does not force the legacy path) and
+Requirements: ``torch>=X.Y`` / ``torch<X.Y``, ``cuda`` (a usable GPU), ``native`` (compatfn's native
+path: ``setup_context`` exists and ``COMPATFN_LEGACY`` does not force the legacy path) and
 ``import:NAME`` (an importable module). Where one is not met the block still runs and must fail --
 so a marker that is no longer needed is reported -- and the test is then skipped with the reason.
 
-Each block runs in a subprocess of its own with an empty ``__main__``. By default that subprocess
-is forked from a helper interpreter that has imported torch and nothing else (see :data:`ZYGOTE`),
-which saves every block the seconds torch takes to import; with ``COMPATFN_DOCS_FRESH=1`` (what
-``nox -s docs`` sets) each block gets a brand-new interpreter instead.
+By default that subprocess is forked from a helper interpreter that has imported torch and nothing
+else (see :data:`ZYGOTE`), which saves every block the seconds torch takes to import; with
+``COMPATFN_DOCS_FRESH=1`` (what ``nox -s docs`` sets) each block gets a brand-new interpreter
+instead.
 """
 
 from __future__ import annotations
