@@ -1,21 +1,10 @@
-"""``compatfn.custom_op`` behaves like ``torch.library.custom_op`` on every torch of the matrix.
-
-The promise guarded here: an operator written once against ``compatfn.custom_op`` -- the README's
-"Custom operators" examples and the reference ``relu_ops`` -- passes compatfn's ``opcheck`` and
-gradcheck on the running torch, compiles with ``fullgraph=True`` where that torch compiles, shows
-up in ``torch.ops`` wherever the tier registers it, and keeps torch's rules (schema inference,
-``mutates_args``, no aliasing outputs, keyword arguments, defaults and keyword-only inputs in
-setup_context, torch's message for a missing backward). Each tier this torch can run is tested,
-not only the one ``custom_op`` picks, so the older tiers are also exercised on new torch.
-"""
+"""Calls and rules of the op object on every tier (``_custom_ops``, ``_fast_call``,
+``_autograd``)."""
 
 from __future__ import annotations
 
-import itertools
-import re
 import subprocess
 import sys
-from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -24,53 +13,8 @@ import torch
 
 import compatfn
 import compatfn.testing
-from compatfn import core, library
-
-README = Path(__file__).resolve().parents[1] / "README.md"
-TIERS = [
-    t
-    for t, ok in (
-        ("torch", library.HAS_TORCH_CUSTOM_OP),
-        ("registered", library.HAS_LIBRARY),
-        ("function", True),
-    )
-    if ok
-]
-_names = itertools.count()
-TORCH_MINOR = core.TORCH_VERSION
-
-
-def compiles() -> Optional[str]:
-    """``None`` where this torch compiles, else why not."""
-    return core.dynamo_unsupported()
-
-
-def fresh(tier: str) -> str:
-    return f"cft_{tier}{next(_names)}"
-
-
-def make(tier: str, name: str, mutates_args=(), device_types=None, schema=None):
-    return lambda fn: library._custom_op(
-        f"{fresh(tier)}::{name}", fn, mutates_args, device_types, schema, tier
-    )
-
-
-def readme_blocks() -> List[str]:
-    text = README.read_text(encoding="utf-8")
-    section = re.search(r"## Custom operators\n(.*?)\n## ", text, re.S)
-    assert section, "README has no '## Custom operators' section"
-    return re.findall(r"```python\n(.*?)```", section.group(1), re.S)
-
-
-@pytest.fixture(scope="module")
-def readme() -> dict:
-    namespace: dict = {}
-    source = "\n".join(readme_blocks()).replace("mylib::", "cft_readme::")
-    exec(compile(source, "README.md", "exec"), namespace)
-    return namespace
-
-
-# --------------------------------------------------------------------------- tier and API
+from compatfn import library
+from library_support import TIERS, TORCH_MINOR, make
 
 
 def test_tier_follows_feature_detection():
@@ -90,132 +34,6 @@ def test_importing_compatfn_imports_neither_torch_nor_library():
     code = "import sys, compatfn; print('torch' in sys.modules, 'compatfn.library' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
-
-
-def test_torch_tier_returns_torchs_own_object(readme):
-    if library.TIER != "torch":
-        pytest.skip(f"torch {torch.__version__} has no torch.library.custom_op (torch >= 2.4)")
-    assert type(readme["numpy_mul"]) is torch.library.CustomOpDef
-
-
-# --------------------------------------------------------------------------- README examples
-
-
-def test_readme_numpy_op_opcheck_and_gradcheck(readme):
-    op = readme["numpy_mul"]
-    x = torch.randn(5, dtype=torch.double, requires_grad=True)
-    y = torch.randn(5, dtype=torch.double, requires_grad=True)
-    result = compatfn.testing.opcheck(op, (x, y), {"scale": 2.0})
-    assert set(result) == set(library.DEFAULT_TEST_UTILS)
-    assert all(v == "SUCCESS" or v.startswith("SKIPPED: ") for v in result.values()), result
-    if compiles() is None:
-        assert result["test_aot_dispatch_dynamic"] == "SUCCESS"
-    assert torch.autograd.gradcheck(lambda a, b: op(a, b, scale=2.0), (x, y))
-    assert torch.autograd.gradgradcheck(lambda a, b: op(a, b, 3.0), (x, y))
-    assert torch.equal(op(x, y).detach(), (x * y).detach())
-
-
-def test_readme_inplace_op_opcheck(readme):
-    op = readme["numpy_clip_"]
-    t = torch.linspace(-2, 2, 9)
-    version = t._version
-    assert op(t, -0.5, 0.5) is None
-    assert torch.equal(t, torch.linspace(-2, 2, 9).clamp(-0.5, 0.5))
-    assert t._version > version  # autograd sees the mutation
-    result = compatfn.testing.opcheck(op, (torch.randn(8), -0.5, 0.5))
-    assert all(v == "SUCCESS" or v.startswith("SKIPPED: ") for v in result.values()), result
-
-
-def test_readme_ops_are_in_torch_ops_where_registered(readme):
-    if library.TIER == "function":
-        pytest.skip(f"torch {torch.__version__} has no torch.library: ops are not registered")
-    packet = torch.ops.cft_readme.numpy_mul
-    x = torch.randn(3, requires_grad=True)
-    y = torch.randn(3)
-    out = packet(x, y, scale=2.0)
-    assert out.grad_fn is not None
-    assert torch.allclose(out, x * y * 2.0)
-    assert hasattr(torch.ops.cft_readme, "numpy_clip_")
-
-
-@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
-def test_readme_numpy_op_compiles_fullgraph(readme, backend):
-    why = compiles()
-    if why:
-        pytest.skip(why)
-    op = readme["numpy_mul"]
-    dynamo = pytest.importorskip("torch._dynamo")
-    dynamo.reset()
-
-    def f(a, b):
-        return op(a * 1.5, b, scale=2.0).sin()
-
-    x = torch.randn(4, requires_grad=True)
-    y = torch.randn(4)
-    got = torch.compile(f, fullgraph=True, backend=backend)(x, y)
-    (gx,) = torch.autograd.grad(got.sum(), x)
-    x2 = x.detach().clone().requires_grad_()
-    want = f(x2, y)
-    want.sum().backward()
-    assert torch.allclose(got, want) and torch.allclose(gx, x2.grad)
-    dynamo.reset()
-
-
-def test_readme_inplace_op_compiles_fullgraph(readme):
-    why = compiles()
-    if why:
-        pytest.skip(why)
-    if not library._has_auto_functionalize():
-        pytest.skip(f"torch {torch.__version__} cannot compile mutating custom ops (torch >= 2.2)")
-    op = readme["numpy_clip_"]
-    dynamo = pytest.importorskip("torch._dynamo")
-    dynamo.reset()
-
-    def f(a):
-        b = a * 2
-        op(b, -1.0, 1.0)
-        return b + 1
-
-    x = torch.randn(6)
-    assert torch.equal(torch.compile(f, fullgraph=True, backend="aot_eager")(x), f(x))
-    dynamo.reset()
-
-
-EXPORT_MODES = core.features()["export"]
-
-
-@pytest.mark.parametrize("mode", ["strict", "non-strict"])
-@pytest.mark.parametrize("tier", [t for t in TIERS if t != "function"])
-def test_export_sees_one_op(tier, mode):
-    """torch.export keeps a registered op as one node of the graph (strict and non-strict, as
-    far as this torch exports), with a parameter that requires grad feeding it."""
-    if mode not in EXPORT_MODES:
-        pytest.skip(f"torch {torch.__version__} has no {mode} torch.export")
-
-    @make(tier, "npsin")
-    def npsin(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
-        return torch.from_numpy(np.sin(x.detach().numpy()) * scale)
-
-    npsin.register_fake(lambda x, scale=1.0: torch.empty_like(x))
-
-    class Module(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.weight = torch.nn.Parameter(torch.full((3,), 0.5))
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return npsin(x * self.weight, scale=2.0) + 1
-
-    x, module = torch.randn(3), Module()
-    strict = {} if EXPORT_MODES == ("strict",) else {"strict": mode == "strict"}
-    program = torch.export.export(module, (x,), **strict)
-    namespace, name = npsin._qualname.split("::")
-    targets = [n.target for n in program.graph.nodes if n.op == "call_function"]
-    assert getattr(getattr(torch.ops, namespace), name).default in targets
-    assert torch.allclose(program.module()(x), module(x))
-
-
-# --------------------------------------------------------------------------- rules, per tier
 
 
 @pytest.mark.parametrize("tier", TIERS)
@@ -519,18 +337,6 @@ def test_a_kernel_for_meta_tensors(tier):
 
 
 @pytest.mark.parametrize("tier", TIERS)
-def test_undeclared_mutation_fails_opcheck(tier):
-    @make(tier, "sneaky")
-    def sneaky(x: torch.Tensor) -> torch.Tensor:
-        x.add_(1)
-        return x.clone()
-
-    sneaky.register_fake(lambda x: torch.empty_like(x))
-    result = compatfn.testing.opcheck(sneaky, (torch.zeros(3),), raise_exception=False)
-    assert "not defined as mutable but was mutated" in str(result["test_schema"])
-
-
-@pytest.mark.parametrize("tier", TIERS)
 def test_tensor_lists_get_gradients(tier):
     """Also with trailing defaults left out: torch 2.4-2.13's own custom_op failed there in
     backward (CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS, routed around by compatfn)."""
@@ -608,60 +414,3 @@ def test_kernel_per_device_type(tier):
     if library.HAS_META_DEVICE:
         with pytest.raises((NotImplementedError, RuntimeError)):
             which(torch.zeros(1, device="meta"))  # no fake kernel, no meta kernel
-
-
-@pytest.mark.parametrize(
-    "annotation, message",
-    [("x", "must have a type annotation"), ("x: dict", "unsupported type")],
-)
-@pytest.mark.parametrize("tier", TIERS)
-def test_schema_errors(tier, annotation, message):
-    namespace: dict = {"torch": torch}
-    exec(f"def f({annotation}) -> torch.Tensor:\n    return x\n", namespace)
-    with pytest.raises(ValueError, match=message):
-        make(tier, "bad")(namespace["f"])
-
-
-def test_inferred_schema_matches_torch():
-    def f(
-        x: torch.Tensor,
-        ys: Sequence[torch.Tensor],
-        w: Optional[torch.Tensor] = None,
-        n: int = 1,
-        b: bool = True,
-        s: str = "a",
-        dt: Optional[torch.dtype] = None,
-        *,
-        alpha: float = 1.0,
-    ) -> torch.Tensor:
-        return x
-
-    schema = library.infer_schema(f, mutates_args={"ys"})
-    expected = (
-        '(Tensor x, Tensor(a1!)[] ys, Tensor? w=None, SymInt n=1, bool b=True, str s="a", '
-        "ScalarType? dt=None, *, float alpha=1.0) -> Tensor"
-    )
-    assert schema == expected.replace("SymInt", library._int_type())
-    if hasattr(getattr(torch, "library", None), "infer_schema"):  # torch >= 2.5: the same text
-        assert schema == torch.library.infer_schema(f, mutates_args={"ys"})
-    if library.HAS_LIBRARY:  # every torch with torch.library parses it
-        torch._C.parse_schema("f" + schema)
-
-
-# --------------------------------------------------------------------------- reference ops
-
-
-@pytest.mark.parametrize("name", ["clipped_relu_op", "mask_relu_op"])
-def test_relu_ops(name):
-    from compatfn import relu_ops
-
-    op = getattr(relu_ops, name)
-    x = torch.tensor([-1.5, -0.3, 0.2, 0.7, 1.4, 2.5], dtype=torch.double, requires_grad=True)
-    result = compatfn.testing.opcheck(op, (x,))
-    assert all(v == "SUCCESS" or v.startswith("SKIPPED: ") for v in result.values()), result
-    report = compatfn.testing.check_function(op, x, checks=["forward", "gradcheck", "compile"])
-    assert "gradcheck" in report.ran
-    expected = x.clamp(0, 1.0) if name == "clipped_relu_op" else x.relu()
-    assert torch.equal(op(x).detach(), expected.detach())
-    if library.TIER != "function":
-        assert hasattr(torch.ops.compatfn, name[: -len("_op")])
