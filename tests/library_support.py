@@ -40,12 +40,17 @@ def fresh(tier: str) -> str:
 
 
 def make(
-    tier: str, name: str, mutates_args: Any = (), device_types: Any = None, schema: Any = None
+    tier: str,
+    name: str,
+    mutates_args: Any = (),
+    device_types: Any = None,
+    schema: Any = None,
+    tags: Any = None,
+    qualname: Optional[str] = None,
 ) -> Callable[[Callable], Any]:
-    """A decorator defining ``fresh(tier)::name`` on ``tier``."""
-    return lambda fn: _custom_op(
-        f"{fresh(tier)}::{name}", fn, mutates_args, device_types, schema, tier
-    )
+    """A decorator defining ``fresh(tier)::name`` (or ``qualname``) on ``tier``."""
+    qualname = qualname or f"{fresh(tier)}::{name}"
+    return lambda fn: _custom_op(qualname, fn, mutates_args, device_types, schema, tier, tags)
 
 
 def ok_or_skipped(result: Dict[str, Any]) -> bool:

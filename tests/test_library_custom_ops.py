@@ -414,3 +414,94 @@ def test_kernel_per_device_type(tier):
     if library.HAS_META_DEVICE:
         with pytest.raises((NotImplementedError, RuntimeError)):
             which(torch.zeros(1, device="meta"))  # no fake kernel, no meta kernel
+
+
+# --------------------------------------------------------------------------- exactness
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_register_autograd_on_a_mutating_op_is_refused(tier):
+    """torch 1.8-2.3 before: accepted silently."""
+
+    @make(tier, "bump_", mutates_args={"x"})
+    def bump_(x: torch.Tensor) -> None:
+        x.add_(1)
+
+    with pytest.raises(RuntimeError, match="Cannot register autograd formula for non-functional"):
+        bump_.register_autograd(lambda ctx, g: g)
+
+
+@pytest.mark.parametrize("make_alias", [lambda x: x, lambda x: x.view(-1)], ids=["same", "view"])
+@pytest.mark.parametrize("tier", TIERS)
+def test_returning_an_empty_input_is_an_alias(tier, make_alias):
+    """torch 1.8 before: an empty tensor's data pointer identified no storage, so returning the
+    input itself passed."""
+
+    @make(tier, "empty_alias")
+    def empty_alias(x: torch.Tensor) -> torch.Tensor:
+        return make_alias(x)
+
+    with pytest.raises(RuntimeError, match="may not alias any inputs"):
+        empty_alias(torch.empty(0))
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_dtype_parameter_with_a_default(tier):
+    """torch 1.13-2.3 before: "invalid numeric default value" at definition."""
+
+    @make(tier, "cast")
+    def cast(x: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        return x.to(dtype)
+
+    assert cast(torch.ones(1)).dtype == torch.float64
+    assert cast(torch.ones(1), torch.float16).dtype == torch.float16
+    if tier != "function":
+        namespace, name = cast._qualname.split("::")
+        assert getattr(getattr(torch.ops, namespace), name)(torch.ones(1)).dtype == torch.float64
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_register_vmap(tier):
+    """torch >= 2.5 vmaps with the registered rule; compatfn's tiers say that torch cannot."""
+
+    @make(tier, "vmapped")
+    def vmapped(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    if tier != "torch":
+        with pytest.raises(NotImplementedError, match=r"register_vmap needs torch >= 2\.5"):
+            vmapped.register_vmap(lambda info, dims, x: (x * 2, dims[0]))
+        return
+    if not hasattr(vmapped, "register_vmap"):
+        pytest.skip(f"torch {torch.__version__}'s CustomOpDef has no register_vmap (2.5+)")
+    calls: List[int] = []
+
+    def rule(info, in_dims, x):
+        calls.append(1)
+        return x * 2, in_dims[0]
+
+    vmapped.register_vmap(rule)
+    out = torch.func.vmap(vmapped)(torch.ones(3, 2))
+    assert torch.equal(out, torch.full((3, 2), 2.0)) and calls == [1]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_register_autocast(tier):
+    """Under CPU autocast the op's floating inputs are cast to the registered dtype."""
+    if not hasattr(torch, "is_autocast_cpu_enabled"):
+        pytest.skip(f"torch {torch.__version__} has no CPU autocast (control: torch itself)")
+    seen: List[torch.dtype] = []
+
+    @make(tier, "autocast_me")
+    def autocast_me(x: torch.Tensor) -> torch.Tensor:
+        seen.append(x.dtype)
+        return x * 2
+
+    if not hasattr(autocast_me, "register_autocast"):
+        pytest.skip(f"torch {torch.__version__}'s CustomOpDef has no register_autocast (2.5+)")
+    autocast_me.register_autocast("cpu", torch.float64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = autocast_me(torch.ones(2))
+    assert seen == [torch.float64] and out.dtype == torch.float64
+    out = autocast_me(torch.ones(2))
+    assert seen[-1] == torch.float32 and out.dtype == torch.float32

@@ -62,7 +62,6 @@ from compatfn.library._facts import (
 )
 from compatfn.library._infer_schema import infer_schema
 from compatfn.library._opcheck import DEFAULT_TEST_UTILS, OpCheckError, opcheck
-from compatfn.library._registration import check_tags
 from compatfn.library._torch_tier import define_with_torch
 from compatfn.library._utils import device_types_tuple, parse_qualname
 
@@ -126,8 +125,6 @@ def _custom_op(
         if tier == "torch":
             return define_with_torch(name, f, mutates_args, device_types, schema, tags)
         listed = () if tags is None else (tags,) if not isinstance(tags, (list, tuple)) else tags
-        if tier != "registered":
-            check_tags(name, tuple(listed))
         return CustomOp(
             name,
             f,
@@ -157,7 +154,8 @@ def _op_named(qualname: str) -> CustomOp:
 
 
 def _by_name(method: str, qualname: str, *args: Any, **kwargs: Any) -> Any:
-    if HAS_TORCH_CUSTOM_OP:
+    """``op.<method>(...)`` of the op compatfn's tiers made, else torch's function by name."""
+    if qualname not in OPS and HAS_TORCH_CUSTOM_OP:
         return getattr(torch.library, method)(qualname, *args, **kwargs)
     return getattr(_op_named(qualname), method)(*args, **kwargs)
 
@@ -185,7 +183,7 @@ def register_fake(op: Union[str, Any], func: Optional[Callable] = None, /) -> An
     """
     if not isinstance(op, str):
         return op.register_fake if func is None else op.register_fake(func)
-    if HAS_TORCH_CUSTOM_OP:
+    if op not in OPS and HAS_TORCH_CUSTOM_OP:
         return torch.library.register_fake(op, func)  # type: ignore[attr-defined]
     target = _op_named(op)
     return target.register_fake if func is None else target.register_fake(func)
@@ -221,6 +219,6 @@ def register_vmap(op: Union[str, Any], func: Optional[Callable] = None, /) -> An
     """
     if not isinstance(op, str):
         return op.register_vmap(func)
-    if hasattr(getattr(torch, "library", None), "register_vmap"):
+    if op not in OPS and hasattr(getattr(torch, "library", None), "register_vmap"):
         return torch.library.register_vmap(op, func)  # type: ignore[attr-defined]
     return _op_named(op).register_vmap(func)

@@ -10,7 +10,7 @@ import torch
 from compatfn.library import _registration
 from compatfn.library._autograd import Call, autograd_function
 from compatfn.library._convert import conversions
-from compatfn.library._facts import DISPATCHER_PROBES
+from compatfn.library._facts import DISPATCHER_PROBES, HAS_DEVICE_AUTOCAST
 from compatfn.library._fast_call import generated_call
 from compatfn.library._infer_schema import _resolve, infer_schema
 from compatfn.library._utils import (
@@ -94,8 +94,8 @@ class CustomOp:
         self._opoverload: Any = None
         self._registered_keys: set = set()
         self._previous = OPS.get(qualname)
+        _registration.check_tags(qualname, self._tags, registered)
         if registered:  # everything that can fail at definition is checked before this
-            _registration.check_tags(qualname, self._tags)
             _registration.define(self, self._tags)
             self._dispatched_fn = autograd_function(self, dispatched=True)
             _registration.register_kernels(self, device_types)
@@ -217,7 +217,7 @@ class CustomOp:
 
         cast_inputs = tuple(cast(v) for v in inputs)
         devices = {"cuda" if t.is_cuda else "cpu" for t in tensors_in(inputs)}
-        with torch.autocast(devices.pop() if len(devices) == 1 else "cpu", enabled=False):
+        with _autocast_off(devices.pop() if len(devices) == 1 else "cpu"):
             return self(*cast_inputs, **keyword_only)
 
     def _kernel_for(self, inputs: tuple) -> Callable:
@@ -387,6 +387,13 @@ class CustomOp:
             )
         self._autocast[device_type] = cast_inputs
         self._regenerate_call()
+
+
+def _autocast_off(device_type: str) -> Any:
+    """Autocast off for ``device_type`` (torch 1.8 has only ``torch.cuda.amp.autocast``)."""
+    if HAS_DEVICE_AUTOCAST:
+        return torch.autocast(device_type, enabled=False)
+    return torch.cuda.amp.autocast(enabled=False)
 
 
 def _returns_only_tensors(schema: str) -> bool:

@@ -65,6 +65,10 @@ HAS_TAGS = hasattr(torch, "Tag")
 # Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/library.py
 RESERVED_NAMESPACES = tuple(getattr(_library, "_reserved_namespaces", ("prim",)))
 
+#: ``torch.autocast(device_type)`` (torch >= 1.10; torch 1.8 has only ``torch.cuda.amp.autocast``).
+# Upstream: https://github.com/pytorch/pytorch/blob/v1.10.0/torch/autocast_mode.py
+HAS_DEVICE_AUTOCAST = hasattr(torch, "autocast")
+
 #: ``torch.autograd.graph.increment_version`` (torch >= 2.1): bump the version counter of an
 #: argument a kernel mutated outside torch (NumPy), as torch >= 2.4 does for declared mutations.
 # Upstream: https://github.com/pytorch/pytorch/blob/v2.1.0/torch/autograd/graph.py

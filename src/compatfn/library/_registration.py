@@ -39,9 +39,10 @@ def _define_takes_tags() -> bool:
     return "tags" in inspect.signature(torch.library.Library.define).parameters
 
 
-def check_tags(qualname: str, tags: Sequence[Any]) -> None:
-    """Refuse, at definition, tags this torch cannot attach to an operator."""
-    if tags and (not hasattr(torch, "library") or not _define_takes_tags()):
+def check_tags(qualname: str, tags: Sequence[Any], registered: bool) -> None:
+    """Refuse, at definition, tags this torch cannot attach to an operator (a ``registered``
+    one, or none: the ``function`` tier defines no operator)."""
+    if tags and not (registered and _define_takes_tags()):
         raise RuntimeError(
             f"custom_op({qualname!r}): torch {torch.__version__} cannot attach tags to an "
             "operator (torch.library.Library.define takes tags from torch 2.1); drop tags= "
