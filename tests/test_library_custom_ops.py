@@ -206,12 +206,13 @@ def test_calls_bind_like_the_function(tier):
         (g,) = torch.autograd.grad(out.sum(), x)
         assert torch.equal(out.detach(), torch.full((2,), 30.0)) and torch.equal(g, w * 2.0)
     # torch's own op raises the dispatcher's RuntimeError; compatfn's tiers Python's TypeError.
-    wrong_call = RuntimeError if tier == "torch" else TypeError
-    with pytest.raises(wrong_call, match="'w'"):
+    torch_tier = tier == "torch"
+    wrong_call = RuntimeError if torch_tier else TypeError
+    with pytest.raises(wrong_call, match=r"missing value for argument 'w'|missing 1 required"):
         affine(x)
-    with pytest.raises(wrong_call):
+    with pytest.raises(wrong_call, match=r"expected at most 3 argument|takes from 3 to 4 posit"):
         affine(x, w, 1.0, 2.0)
-    with pytest.raises(wrong_call):
+    with pytest.raises(wrong_call, match="keyword argument 'bogus'"):
         affine(x, w, bogus=1.0)
 
 
@@ -302,9 +303,8 @@ def test_meta_tensors_need_a_fake_kernel(tier):
     plus.register_autograd(lambda ctx, g: g)
     meta = torch.empty(3, device="meta")
     assert torch.equal(plus(torch.zeros(1)), torch.ones(1)) and ran == ["kernel"]
-    message = "There was no fake impl registered for" if tier != "torch" else ""
     for requires_grad in (False, True):
-        with pytest.raises(RuntimeError, match=message):
+        with pytest.raises(RuntimeError, match="There was no fake impl registered for"):
             plus(meta.clone().requires_grad_(requires_grad))
 
     @plus.register_fake
@@ -386,7 +386,12 @@ def test_a_gradient_for_an_elided_default_is_not_dropped(tier):
         lambda ctx, g: ([g, g], torch.ones(())), setup_context=lambda ctx, inputs, output: None
     )
     a, b = torch.randn(2, requires_grad=True), torch.randn(2, requires_grad=True)
-    with pytest.raises(RuntimeError):
+    # torch's own messages: its custom op's (2.4+), its autograd Function's (compatfn's tiers)
+    message = (
+        "returned a non-None gradient for an input that was not passed"
+        "|returned a gradient different than None at position"
+    )
+    with pytest.raises(RuntimeError, match=message):
         torch.autograd.grad(shifted([a, b]).sum(), (a, b))
 
 
@@ -412,7 +417,7 @@ def test_kernel_per_device_type(tier):
 
     assert torch.equal(which(torch.zeros(1)), torch.ones(1))
     if library.HAS_META_DEVICE:
-        with pytest.raises((NotImplementedError, RuntimeError)):
+        with pytest.raises(RuntimeError, match="There was no fake impl registered for"):
             which(torch.zeros(1, device="meta"))  # no fake kernel, no meta kernel
 
 

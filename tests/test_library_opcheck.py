@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -73,3 +75,68 @@ def test_relu_ops(name):
     assert torch.equal(op(x).detach(), expected.detach())
     if library.TIER != "function":
         assert hasattr(torch.ops.compatfn, name[: -len("_op")])
+
+
+def opcheck_errors() -> tuple:
+    """What a failed opcheck raises: torch's OpCheckError (torch >= 2.4, for registered ops),
+    compatfn's (its own opcheck)."""
+    if library.HAS_TORCH_OPCHECK:
+        from torch.testing._internal.optests.generate_tests import OpCheckError
+
+        return (OpCheckError, library.OpCheckError)
+    return (library.OpCheckError,)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_wrong_fake_kernel_fails_opcheck(tier):
+    if not library.HAS_META_DEVICE:
+        pytest.skip(f"torch {torch.__version__} has no meta device: no fake kernel runs")
+
+    @make(tier, "bad_fake")
+    def bad_fake(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    bad_fake.register_fake(lambda x: x.new_empty((x.shape[0] + 1,)))
+    result = compatfn.testing.opcheck(
+        bad_fake, (torch.randn(3),), test_utils="test_faketensor", raise_exception=False
+    )
+    assert isinstance(result["test_faketensor"], Exception), result
+    with pytest.raises(opcheck_errors(), match="test_faketensor failed"):
+        compatfn.testing.opcheck(bad_fake, (torch.randn(3),), test_utils="test_faketensor")
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_compiled_results_different_from_eager_fail_opcheck(tier):
+    """A kernel that returns something else on every call: compiled and eager differ."""
+    if tier == "function" or compiles() is not None:
+        pytest.skip("no torch.compile of the op here (function tier or this torch)")
+    calls = itertools.count()
+
+    @make(tier, "drifting")
+    def drifting(x: torch.Tensor) -> torch.Tensor:
+        return x + next(calls)
+
+    drifting.register_fake(lambda x: torch.empty_like(x))
+    result = compatfn.testing.opcheck(
+        drifting, (torch.randn(3),), test_utils="test_aot_dispatch_dynamic", raise_exception=False
+    )
+    assert isinstance(result["test_aot_dispatch_dynamic"], Exception), result
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_given_schema(tier):
+    """``schema=`` replaces inference (an unannotated function), and opcheck passes."""
+
+    def scale(x, s=2.0):
+        return x * s
+
+    op = make(tier, "given", schema="(Tensor x, float s=2.0) -> Tensor")(scale)
+    op.register_fake(lambda x, s=2.0: torch.empty_like(x))
+    op.register_autograd(
+        lambda ctx, g: (g * ctx.s, None),
+        setup_context=lambda ctx, inputs, output: setattr(ctx, "s", inputs[1]),
+    )
+    x = torch.randn(3, requires_grad=True)
+    assert torch.equal(op(x, s=3).detach(), x.detach() * 3)
+    result = compatfn.testing.opcheck(op, (x,), {"s": 3.0})
+    assert ok_or_skipped(result), result

@@ -13,8 +13,10 @@ from compatfn.library import _facts, _registration
 from library_support import (
     TIERS,
     compiles,
+    count_op_nodes,
     fresh,
     make,
+    reset_dynamo,
     run_docs_blocks,
 )
 
@@ -50,21 +52,41 @@ def test_docs_mul_op_compiles_fullgraph(docs, backend):
     if why:
         pytest.skip(why)
     op = docs["mul_scaled"]
-    dynamo = pytest.importorskip("torch._dynamo")
-    dynamo.reset()
 
     def f(a, b):
         return op(a * 1.5, b, scale=2.0).sin()
 
     x = torch.randn(4, requires_grad=True)
     y = torch.randn(4)
-    got = torch.compile(f, fullgraph=True, backend=backend)(x, y)
-    (gx,) = torch.autograd.grad(got.sum(), x)
+    reset_dynamo()
+    try:
+        got = torch.compile(f, fullgraph=True, backend=backend)(x, y)
+        (gx,) = torch.autograd.grad(got.sum(), x)
+    finally:
+        reset_dynamo()
     x2 = x.detach().clone().requires_grad_()
     want = f(x2, y)
     want.sum().backward()
     assert torch.allclose(got, want) and torch.allclose(gx, x2.grad)
-    dynamo.reset()
+
+
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "function"])
+def test_compiled_graph_has_one_node_of_the_op(tier):
+    """dynamo keeps a registered op as one opaque node (not traced into its kernel)."""
+    why = compiles()
+    if why:
+        pytest.skip(why)
+
+    @make(tier, "opaque")
+    def opaque(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return x.sin().cos() * scale
+
+    opaque.register_fake(lambda x, scale=1.0: torch.empty_like(x))
+
+    def f(a):
+        return opaque(a + 1, scale=2.0) * 3
+
+    assert count_op_nodes(f, (torch.randn(3),), opaque) == 1
 
 
 def test_docs_inplace_op_compiles_fullgraph(docs):
@@ -74,8 +96,6 @@ def test_docs_inplace_op_compiles_fullgraph(docs):
     if not _facts.has_auto_functionalize():
         pytest.skip(f"torch {torch.__version__} cannot compile mutating custom ops (torch >= 2.2)")
     op = docs["clip_"]
-    dynamo = pytest.importorskip("torch._dynamo")
-    dynamo.reset()
 
     def f(a):
         b = a * 2
@@ -83,8 +103,12 @@ def test_docs_inplace_op_compiles_fullgraph(docs):
         return b + 1
 
     x = torch.randn(6)
-    assert torch.equal(torch.compile(f, fullgraph=True, backend="aot_eager")(x), f(x))
-    dynamo.reset()
+    reset_dynamo()
+    try:
+        got = torch.compile(f, fullgraph=True, backend="aot_eager")(x)
+    finally:
+        reset_dynamo()
+    assert torch.equal(got, f(x))
 
 
 EXPORT_MODES = core.features()["export"]
