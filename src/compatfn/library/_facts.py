@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import inspect
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
@@ -30,6 +31,7 @@ __all__ = [
     "HAS_TORCH_OPCHECK",
     "RESERVED_NAMESPACES",
     "TIER",
+    "TORCH_CUSTOM_OP_TAKES_TAGS",
 ]
 
 _library: Any = getattr(torch, "library", None)
@@ -50,6 +52,12 @@ HAS_LIBRARY = (
 )
 #: Which implementation ``compatfn.custom_op`` uses on the running torch (package docstring).
 TIER = "torch" if HAS_TORCH_CUSTOM_OP else ("registered" if HAS_LIBRARY else "function")
+
+#: ``torch.library.custom_op(..., tags=)`` (torch >= 2.5; measured: 2.4's takes no tags).
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.5.0/torch/_library/custom_ops.py
+TORCH_CUSTOM_OP_TAKES_TAGS = (
+    HAS_TORCH_CUSTOM_OP and "tags" in inspect.signature(_library.custom_op).parameters
+)
 
 #: torch's ``opcheck`` as a public API (torch >= 2.4); torch 2.1-2.3 ship the same function under
 #: ``torch.testing._internal.optests``.

@@ -9,8 +9,12 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 import torch
 
-from compatfn.library._facts import CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS
-from compatfn.library._infer_schema import infer_schema
+from compatfn.library._facts import (
+    CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS,
+    TORCH_CUSTOM_OP_TAKES_TAGS,
+    parser_reads_dtype_names,
+)
+from compatfn.library._infer_schema import infer_schema, schema_for_this_torch
 
 __all__ = ["define_with_torch"]
 
@@ -81,8 +85,17 @@ def define_with_torch(
     tags: Any,
 ) -> Any:
     """``torch.library.custom_op(name, fn, ...)``: torch's ``CustomOpDef``."""
-    if schema is None and _has_string_annotations(fn):
-        schema = infer_schema(fn, mutates_args)  # See NOTE: [string annotations]
+    if schema is None and (_has_string_annotations(fn) or not parser_reads_dtype_names()):
+        # See NOTE: [string annotations]; torch 2.4's own inference writes a dtype default that
+        # its parser refuses (``parser_reads_dtype_names``).
+        inferred = infer_schema(fn, mutates_args)
+        if _has_string_annotations(fn) or schema_for_this_torch(inferred) != inferred:
+            schema = schema_for_this_torch(inferred)
+    if tags is not None and not TORCH_CUSTOM_OP_TAKES_TAGS:
+        raise RuntimeError(
+            f"custom_op({name!r}): torch {torch.__version__} cannot attach tags to a custom op "
+            "(torch.library.custom_op takes tags from torch 2.5); drop tags= on this torch"
+        )
     extra = {} if tags is None else {"tags": tags}
     opdef = torch.library.custom_op(  # type: ignore[attr-defined]
         name, fn, mutates_args=mutates_args, device_types=device_types, schema=schema, **extra
