@@ -61,7 +61,10 @@ def make_op(tier: str, namespace: str) -> Any:
     if tier == "default":
         op = library.custom_op(name, scale, mutates_args=())
     elif tier == "torch.library":
-        op = torch.library.custom_op(name, scale, mutates_args=())  # type: ignore[attr-defined]
+        # The schema given: torch 2.4 cannot read this module's string annotations.
+        op = torch.library.custom_op(  # type: ignore[attr-defined]
+            name, scale, mutates_args=(), schema="(Tensor x, float scale=2.0) -> Tensor"
+        )
     else:
         op = library._custom_op(name, scale, (), None, None, tier)
     op.register_autograd(backward, setup_context=setup_context)
