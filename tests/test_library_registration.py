@@ -280,3 +280,14 @@ def test_registration_by_name(tier):
     )
     with pytest.raises(error, match=message):
         library.register_fake(f"{fresh(tier)}::unknown", lambda x: x)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_failed_definition_leaves_nothing_behind(tier):
+    """A definition that fails (here: ``mutates_args`` names no parameter) registers nothing:
+    the same name can then be defined correctly."""
+    qualname = f"{fresh(tier)}::retry"
+    with pytest.raises(ValueError, match="in mutates_args were not found"):
+        make(tier, "", mutates_args={"nope"}, qualname=qualname)(_plus_one)
+    op = make(tier, "", qualname=qualname)(_plus_one)
+    assert torch.equal(op(torch.zeros(1)), torch.ones(1))
