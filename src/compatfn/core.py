@@ -746,6 +746,39 @@ def _fresh_name(base: str, taken: set) -> str:
     return name
 
 
+# NOTE: [generated code]
+# A few functions are written as Python source when a class or op is decorated, so that they
+# carry the user's own parameter names (keywords bind, defaults fill, tracebacks and dynamo see a
+# plain function) and cost one frame per call. ``generated_function`` is the one helper for that
+# which the package's other modules share (its custom-op library generates each op's call and
+# legacy forward with it): internal API, kept stable for them, not exported.
+
+
+def generated_function(template: str, globals_: Dict[str, Any], taken: set, filename: str) -> Any:
+    """The function that ``template`` (the source of one ``def``) defines.
+
+    ``$function`` and every ``$key`` of ``globals_`` in the template are replaced by names that
+    clash with none of ``taken`` (the user's parameter names) or each other; ``globals_[key]`` is
+    what the name refers to when the function runs. ``filename`` shows in tracebacks (the source
+    is put into ``linecache``).
+
+    Example::
+
+        >>> add = generated_function(
+        ...     "def $function(x, plus): return $plus(x, plus)", {"plus": operator.add},
+        ...     {"x", "plus"}, "<example>")
+        >>> add(1, 2)
+        3
+    """
+    names = set(taken)
+    renamed = {key: _fresh_name(key, names) for key in ("function", *globals_)}
+    source = re.sub(r"\$(\w+)", lambda m: renamed[m.group(1)], template)
+    namespace = {renamed[key]: value for key, value in globals_.items()}
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[renamed["function"]]
+
+
 def _legacy_forward(
     forward: Callable, setup_context: Optional[Callable], finish: Any = None
 ) -> Callable:

@@ -1,0 +1,224 @@
+"""``compatfn.custom_op``: ``torch.library.custom_op`` on every torch from 1.8 to the newest.
+
+Write a custom operator once, with torch 2.4's API, and run it everywhere::
+
+    import torch
+    import compatfn
+
+    @compatfn.custom_op("mylib::scaled_sin", mutates_args=())
+    def scaled_sin(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return x.sin() * scale
+
+    @scaled_sin.register_fake
+    def _(x, scale=1.0):
+        return torch.empty_like(x)
+
+    def setup_context(ctx, inputs, output):
+        x, ctx.scale = inputs
+        ctx.save_for_backward(x)
+
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * x.cos() * ctx.scale, None
+
+    scaled_sin.register_autograd(backward, setup_context=setup_context)
+
+What each torch gives (the tier is decided once, at import, by feature detection; ``TIER``):
+
+* ``torch`` -- torch has ``torch.library.custom_op`` (2.4+): the object returned is torch's own
+  ``CustomOpDef`` (``_torch_tier``).
+* ``registered`` -- torch has ``torch.library.Library`` (1.13-2.3): a real operator
+  ``torch.ops.<namespace>.<name>`` (kernels per device key, the fake kernel as its ``Meta``
+  kernel, autograd as an ``Autograd`` kernel running a ``compatfn.function`` that redispatches
+  below autograd; ``_registration``), so the dispatcher, FakeTensor and ``torch.compile`` see one
+  op. Calling the op object in plain eager code takes the same kernels without the dispatcher
+  round trips (``_fast_call``).
+* ``function`` -- torch 1.8 (no ``torch.library``): the same behaviour built on
+  ``compatfn.function`` and per-device kernel dispatch in Python; the fake kernel runs for ``meta``
+  tensors.
+
+The modules follow torch's own ``torch/_library``: ``_facts`` (every torch fact), ``_infer_schema``,
+``_custom_ops`` (the op object), ``_registration`` (the dispatcher), ``_autograd``,
+``_fast_call`` (the generated call), ``_convert`` (argument conversions), ``_opcheck``.
+Public here besides ``custom_op`` (which ``compatfn`` re-exports): ``CustomOp``, ``TIER``,
+``infer_schema``, ``opcheck`` (also ``compatfn.testing.opcheck``), ``OpCheckError`` and the
+functions taking an op by name, ``register_kernel``, ``register_fake``, ``register_autograd``,
+``register_autocast``, ``register_vmap``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
+
+import torch
+
+from compatfn.library._custom_ops import OPS, CustomOp
+from compatfn.library._facts import (
+    HAS_LIBRARY,
+    HAS_META_DEVICE,
+    HAS_TORCH_CUSTOM_OP,
+    HAS_TORCH_OPCHECK,
+    TIER,
+)
+from compatfn.library._infer_schema import infer_schema
+from compatfn.library._opcheck import DEFAULT_TEST_UTILS, OpCheckError, opcheck
+from compatfn.library._torch_tier import define_with_torch
+from compatfn.library._utils import device_types_tuple, parse_qualname
+
+# What ``compatfn`` itself re-exports; the other public names (module docstring) are used from
+# this module.
+__all__ = ["custom_op"]
+
+_REEXPORTED = (
+    CustomOp,
+    DEFAULT_TEST_UTILS,
+    HAS_LIBRARY,
+    HAS_META_DEVICE,
+    HAS_TORCH_CUSTOM_OP,
+    HAS_TORCH_OPCHECK,
+    OpCheckError,
+    infer_schema,
+    opcheck,
+)
+
+
+def custom_op(
+    name: str,
+    fn: Optional[Callable] = None,
+    /,
+    *,
+    mutates_args: Union[str, Iterable[str]],
+    device_types: Union[str, Sequence[str], None] = None,
+    schema: Optional[str] = None,
+    tags: Any = None,
+) -> Any:
+    """Make ``fn`` a custom operator ``name`` (``"namespace::opname"``) on every torch.
+
+    The signature and behaviour of ``torch.library.custom_op``: on torch >= 2.4 this *is* that
+    function (torch's ``CustomOpDef`` is returned); on older torch a :class:`CustomOp` with the
+    same methods (``register_kernel``, ``register_fake``, ``register_autograd``,
+    ``register_vmap``, ``register_autocast``). See :data:`TIER`.
+
+    Example::
+
+        @compatfn.custom_op("mylib::add_one_", mutates_args={"x"})
+        def add_one_(x: torch.Tensor) -> None:
+            x.add_(1)
+    """
+    return _custom_op(name, fn, mutates_args, device_types, schema, TIER, tags)
+
+
+def _custom_op(
+    name: str,
+    fn: Optional[Callable],
+    mutates_args: Union[str, Iterable[str]],
+    device_types: Union[str, Sequence[str], None],
+    schema: Optional[str],
+    tier: str,
+    tags: Any = None,
+) -> Any:
+    """:func:`custom_op` on a given tier (tests run the older tiers on new torch too)."""
+    if tier == "registered" and not HAS_LIBRARY:
+        raise RuntimeError(f"torch {torch.__version__} has no torch.library.Library")
+
+    def make(f: Callable) -> Any:
+        if tier == "torch":
+            return define_with_torch(name, f, mutates_args, device_types, schema, tags)
+        listed = () if tags is None else (tags,) if not isinstance(tags, (list, tuple)) else tags
+        return CustomOp(
+            name,
+            f,
+            mutates_args,
+            device_types_tuple(device_types),
+            schema,
+            tier == "registered",
+            tuple(listed),
+        )
+
+    return make if fn is None else make(fn)
+
+
+# --------------------------------------------------------------------------- ops by name
+
+
+def _op_named(qualname: str) -> CustomOp:
+    """The op compatfn's tiers defined as ``qualname``; torch's error for an unknown one."""
+    parse_qualname(qualname)
+    op = OPS.get(qualname)
+    if op is None:
+        raise ValueError(
+            f"{qualname}: no operator of that name was defined with compatfn.custom_op on torch "
+            f"{torch.__version__} (ops defined otherwise need torch.library on torch >= 2.4)"
+        )
+    return op
+
+
+def _by_name(method: str, qualname: str, *args: Any, **kwargs: Any) -> Any:
+    """``op.<method>(...)`` of the op compatfn's tiers made, else torch's function by name."""
+    if qualname not in OPS and HAS_TORCH_CUSTOM_OP:
+        return getattr(torch.library, method)(qualname, *args, **kwargs)
+    return getattr(_op_named(qualname), method)(*args, **kwargs)
+
+
+def register_kernel(
+    op: Union[str, Any],
+    device_types: Union[str, Sequence[str], None],
+    func: Optional[Callable] = None,
+    /,
+) -> Any:
+    """``torch.library.register_kernel`` on every torch, for ops made by :func:`custom_op`.
+
+    Example: ``register_kernel("mylib::scaled_sin", "cpu", lambda x, scale=1.0: x.sin())``.
+    """
+    if not isinstance(op, str):
+        return op.register_kernel(device_types, func) if func else op.register_kernel(device_types)
+    extra = () if func is None else (func,)
+    return _by_name("register_kernel", op, device_types, *extra)
+
+
+def register_fake(op: Union[str, Any], func: Optional[Callable] = None, /) -> Any:
+    """``torch.library.register_fake`` on every torch, for ops made by :func:`custom_op`.
+
+    Example: ``register_fake("mylib::scaled_sin", lambda x, scale=1.0: torch.empty_like(x))``.
+    """
+    if not isinstance(op, str):
+        return op.register_fake if func is None else op.register_fake(func)
+    if op not in OPS and HAS_TORCH_CUSTOM_OP:
+        return torch.library.register_fake(op, func)  # type: ignore[attr-defined]
+    target = _op_named(op)
+    return target.register_fake if func is None else target.register_fake(func)
+
+
+def register_autograd(
+    op: Union[str, Any], backward: Callable, /, *, setup_context: Optional[Callable] = None
+) -> None:
+    """``torch.library.register_autograd`` on every torch, for ops made by :func:`custom_op`.
+
+    Example: ``register_autograd("mylib::scaled_sin", backward, setup_context=setup_context)``.
+    """
+    if not isinstance(op, str):
+        return op.register_autograd(backward, setup_context=setup_context)
+    return _by_name("register_autograd", op, backward, setup_context=setup_context)
+
+
+def register_autocast(op: Union[str, Any], device_type: str, cast_inputs: torch.dtype) -> None:
+    """``torch.library.register_autocast`` on every torch, for ops made by :func:`custom_op`.
+
+    Example: ``register_autocast("mylib::scaled_sin", "cpu", torch.float64)``.
+    """
+    if not isinstance(op, str):
+        return op.register_autocast(device_type, cast_inputs)
+    return _by_name("register_autocast", op, device_type, cast_inputs)
+
+
+def register_vmap(op: Union[str, Any], func: Optional[Callable] = None, /) -> Any:
+    """``torch.library.register_vmap`` (torch >= 2.5); on older torch the op's
+    ``register_vmap``, which explains that the torch cannot vmap a custom operator.
+
+    Example: ``register_vmap("mylib::scaled_sin", lambda info, dims, x, scale: ...)``.
+    """
+    if not isinstance(op, str):
+        return op.register_vmap(func)
+    if op not in OPS and hasattr(getattr(torch, "library", None), "register_vmap"):
+        return torch.library.register_vmap(op, func)  # type: ignore[attr-defined]
+    return _op_named(op).register_vmap(func)

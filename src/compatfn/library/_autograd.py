@@ -1,0 +1,146 @@
+"""Autograd for compatfn's tiers: the ``compatfn.function`` that gives an op its registered
+formula, and the legacy-form Function of the generated call's short path."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, List
+
+import torch
+
+from compatfn.core import function, generated_function
+from compatfn.library._registration import below_autograd
+from compatfn.library._utils import unflatten
+
+if TYPE_CHECKING:
+    from compatfn.library._custom_ops import CustomOp
+
+__all__ = ["Call", "autograd_function", "simple_function", "user_backward"]
+
+
+class Call:
+    """The non-tensor part of one call, handed through the autograd Function."""
+
+    __slots__ = ("keyword_only", "layout")
+
+    def __init__(self, layout: List[int], keyword_only: Dict[str, Any]) -> None:
+        self.layout = layout
+        self.keyword_only = keyword_only
+
+
+def autograd_function(op: CustomOp, dispatched: bool) -> Any:
+    """The ``compatfn.function`` that gives ``op`` its registered autograd formula.
+
+    ``dispatched``: forward redispatches to the operator below autograd (the ``Autograd`` kernel
+    of a registered op); else it runs the kernel directly (eager calls of the op object).
+    """
+
+    def run(call: Call, flat: tuple) -> Any:
+        inputs = unflatten(flat, call.layout)
+        if not dispatched:
+            return op._run_kernel(inputs, call.keyword_only)
+        return below_autograd(op._opoverload, inputs, call.keyword_only)
+
+    class Op(torch.autograd.Function):
+        @staticmethod
+        def forward(call: Call, *flat: Any) -> Any:
+            return run(call, flat)
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+            if op._setup_context is None:
+                return
+            call = inputs[0]
+            args = unflatten(inputs[1:], call.layout)
+            if op._keyword_only:
+                op._setup_context(
+                    ctx=ctx, inputs=args, keyword_only_inputs=call.keyword_only, output=output
+                )
+            else:
+                op._setup_context(ctx=ctx, inputs=args, output=output)
+
+        @staticmethod
+        def backward(ctx: Any, *grads: Any) -> Any:
+            result = user_backward(op, ctx, grads)
+            return (None, *regrad(result if isinstance(result, tuple) else (result,), ctx))
+
+    Op.__name__ = Op.__qualname__ = f"CustomOp_{op._namespace}_{op._name}"
+    return function(Op)
+
+
+def user_backward(op: CustomOp, ctx: Any, grads: tuple) -> Any:
+    """Run the registered backward; torch's errors when there is none or it miscounts."""
+    if op._backward is None:
+        raise RuntimeError(
+            f"Trying to backward through {op._namespace}.{op._name}.default but no "
+            "autograd formula was registered. Please use register_autograd to add one."
+        )
+    result = op._backward(ctx, *grads)
+    got = len(result) if isinstance(result, tuple) else 1
+    expected = len(op._positional)
+    if got != expected:
+        raise RuntimeError(
+            f"The backward formula for {op._qualname} returned an incorrect number of "
+            f"gradients (expected {expected}, got {got}). Expected one gradient for each "
+            "forward input. Use None for inputs that do not require a gradient."
+        )
+    return result
+
+
+def simple_function(op: CustomOp) -> Any:
+    """The autograd Function of the short path, written as a hand-written one would be: a legacy
+    ``forward(ctx, <the op's parameters>)`` that runs the kernel and the registered
+    setup_context (if any), and the registered backward (torch's checks on its gradients)."""
+
+    def backward(ctx: Any, *grads: Any) -> Any:
+        return user_backward(op, ctx, grads)
+
+    forward = _legacy_kernel_forward(op)
+    name = f"CustomOp_{op._namespace}_{op._name}"
+    return type(
+        name,
+        (torch.autograd.Function,),
+        {
+            "forward": staticmethod(forward),
+            "backward": staticmethod(backward),
+            "__qualname__": name,
+        },
+    )
+
+
+def _legacy_kernel_forward(op: CustomOp) -> Any:
+    """``forward(ctx, <the op's parameters>)``: the default kernel, then the registered
+    setup_context (where there is one), generated with the op's own parameter names (See NOTE:
+    [generated code] in core)."""
+    params = list(op._signature.parameters)
+    inputs = "(" + ", ".join(params) + ("," if len(params) == 1 else "") + ")"
+    call = ", ".join(params)
+    lines = [
+        f"def $function($ctx, {call}):",
+        f"    $output = $kernel({call})",
+    ]
+    if op._setup_context is not None:
+        lines.append(f"    $setup_context($ctx, {inputs}, $output)")
+    lines.append("    return $output")
+    globals_: Dict[str, Any] = {
+        "kernel": op._kernels[None],
+        "setup_context": op._setup_context,
+        "ctx": None,
+        "output": None,
+    }
+    return generated_function(
+        "".join(line + "\n" for line in lines),
+        globals_,
+        set(params),
+        f"<legacy forward of custom op {op._qualname}>",
+    )
+
+
+def regrad(result: tuple, ctx: Any) -> List[Any]:
+    """Per-input gradients flattened like the inputs (a list input gets a list of gradients)."""
+    flat: List[Any] = []
+    for g in result:
+        if isinstance(g, (list, tuple)):
+            flat.extend(g)
+        else:
+            flat.append(g)
+    return flat

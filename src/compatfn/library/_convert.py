@@ -1,0 +1,125 @@
+"""The argument conversions the dispatcher does, for calls that do not go through it.
+
+A call of ``torch.ops.ns.op`` converts each non-tensor argument to its schema type (``"cpu"`` to
+``torch.device``, an int to float for a ``float``, a tuple to a list for ``int[]``) and refuses a
+wrong type with "Expected a value of type ...". compatfn's tiers run kernels without the
+dispatcher where nothing needs it, so they convert the same way (measured against torch 2.15's
+own custom_op): a kernel sees the same values on every torch.
+"""
+
+from __future__ import annotations
+
+import numbers
+import re
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+__all__ = ["Conversion", "conversions"]
+
+#: A parameter's conversion: the type a value needs no conversion for (None: always convert),
+#: whether None passes, and the function that converts a value (or raises torch's error).
+Conversion = Tuple[Optional[type], bool, Callable[[Any], Any]]
+
+_ARGUMENT = re.compile(r"(?P<type>[A-Za-z]+(?:\([^)]*\))?\??(?:\[\])?\??) (?P<name>\w+)")
+
+
+def _expected(qualname: str, name: str, type_name: str, value: Any) -> RuntimeError:
+    return RuntimeError(
+        f"{qualname}() Expected a value of type '{type_name}' for argument '{name}' but "
+        f"instead found type '{type(value).__name__}'."
+    )
+
+
+def _is_number_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() == 0
+
+
+def _to_float(value: Any) -> Any:
+    if isinstance(value, numbers.Real) or _is_number_tensor(value):
+        return float(value)
+    return None
+
+
+def _to_int(value: Any) -> Any:
+    if isinstance(value, numbers.Integral) or (
+        _is_number_tensor(value) and not value.is_floating_point()
+    ):
+        return int(value)
+    return None
+
+
+def _to_bool(value: Any) -> Any:
+    if isinstance(value, numbers.Real) or _is_number_tensor(value):
+        return bool(value)
+    return None
+
+
+def _to_device(value: Any) -> Any:
+    if isinstance(value, (str, torch.device)):
+        return torch.device(value)
+    return None
+
+
+def _same(kind: type) -> Callable[[Any], Any]:
+    return lambda value: value if isinstance(value, kind) else None
+
+
+#: Schema base type -> (its Python type, the name torch's message uses, the converter that
+#: returns None for a value of the wrong type).
+_SCALARS: Dict[str, Tuple[type, str, Callable[[Any], Any]]] = {
+    "float": (float, "float", _to_float),
+    "int": (int, "int", _to_int),
+    "SymInt": (int, "int", _to_int),
+    "bool": (bool, "bool", _to_bool),
+    "str": (str, "str", _same(str)),
+    "Device": (torch.device, "Device", _to_device),
+    "ScalarType": (torch.dtype, "ScalarType", _same(torch.dtype)),
+}
+
+
+def _conversion(qualname: str, name: str, schema_type: str) -> Optional[Conversion]:
+    optional = schema_type.endswith("?")
+    base = schema_type.rstrip("?")
+    is_list = base.endswith("[]")
+    base = base[: -len("[]")] if is_list else base
+    if base not in _SCALARS:
+        return None  # tensors: checked where they are used
+    kind, type_name, convert = _SCALARS[base]
+    shown = f"List[{type_name}]" if is_list else type_name
+    shown = f"Optional[{shown}]" if optional else shown
+
+    def converted(value: Any) -> Any:
+        if value is None and optional:
+            return None
+        if is_list:
+            if not isinstance(value, (list, tuple)):
+                raise _expected(qualname, name, shown, value)
+            items: List[Any] = [convert(v) for v in value]
+            if any(v is None for v in items):
+                raise _expected(qualname, name, shown, value)
+            return items
+        result = convert(value)
+        if result is None:
+            raise _expected(qualname, name, shown, value)
+        return result
+
+    return (None if is_list else kind), optional, converted
+
+
+def conversions(qualname: str, schema: str) -> Dict[str, Conversion]:
+    """Each non-tensor parameter of ``schema`` -> its :data:`Conversion`.
+
+    Example::
+
+        >>> kind, optional, convert = conversions("ns::op", "(Tensor x, float s) -> Tensor")["s"]
+        >>> convert(2)
+        2.0
+    """
+    arguments = schema[schema.index("(") + 1 : schema.rindex(") ->")]
+    found: Dict[str, Conversion] = {}
+    for match in _ARGUMENT.finditer(arguments):
+        conversion = _conversion(qualname, match.group("name"), match.group("type"))
+        if conversion is not None:
+            found[match.group("name")] = conversion
+    return found

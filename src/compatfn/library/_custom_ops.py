@@ -1,0 +1,419 @@
+"""The op object of compatfn's tiers (torch < 2.4): :class:`CustomOp`."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from compatfn.library import _registration
+from compatfn.library._autograd import Call, autograd_function
+from compatfn.library._convert import conversions
+from compatfn.library._facts import DISPATCHER_PROBES, HAS_DEVICE_AUTOCAST
+from compatfn.library._fast_call import generated_call
+from compatfn.library._infer_schema import _resolve, infer_schema
+from compatfn.library._utils import (
+    bump_version,
+    device_types_tuple,
+    dispatch_key,
+    flatten,
+    is_tensor_list,
+    parse_qualname,
+    storage_key,
+    tensors_in,
+)
+
+__all__ = ["OPS", "CustomOp"]
+
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+#: Every op compatfn's tiers defined, by qualified name (the newest definition of each).
+OPS: Dict[str, CustomOp] = {}
+#: Every op object made for a qualified name: a new definition makes the older objects follow it.
+_OBJECTS: Dict[str, List[CustomOp]] = {}
+
+
+def _needs_dispatcher() -> bool:
+    """Whether a call of a registered op must go through the dispatcher (tracing, modes,
+    transforms): see ``DISPATCHER_PROBES``."""
+    for probe in DISPATCHER_PROBES:  # noqa: SIM110 (dynamo unrolls any(...) without stopping)
+        if probe():
+            return True
+    return False
+
+
+class CustomOp:
+    """A custom operator made by ``compatfn.custom_op`` on torch < 2.4 (torch's own object on
+    2.4+).
+
+    Call it like the function it was made from; register kernels and formulas with the same
+    methods as torch's ``CustomOpDef``.
+
+    Example::
+
+        >>> @compatfn.custom_op("mylib::scale", mutates_args=())
+        ... def scale(x: torch.Tensor, s: float = 2.0) -> torch.Tensor:
+        ...     return x * s
+        >>> scale(torch.ones(2), s=3.0)
+        tensor([3., 3.])
+    """
+
+    def __init__(
+        self,
+        qualname: str,
+        fn: Callable,
+        mutates_args: Union[str, Iterable[str]],
+        device_types: Optional[Tuple[str, ...]],
+        schema: Optional[str],
+        registered: bool,
+        tags: Sequence[Any] = (),
+    ) -> None:
+        self._namespace, self._name, self._overload = parse_qualname(qualname)
+        self._full_name = f"{self._name}.{self._overload}" if self._overload else self._name
+        self._qualname = qualname
+        self._schema = schema if schema is not None else infer_schema(fn, mutates_args)
+        self._signature = inspect.signature(fn)
+        params = list(self._signature.parameters.values())
+        self._positional = [p.name for p in params if p.kind is not p.KEYWORD_ONLY]
+        self._keyword_only = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
+        self._mutated = self._mutated_positions(mutates_args)
+        self._conversions = conversions(qualname, self._schema)
+        self._kernels: Dict[Optional[str], Callable] = dict.fromkeys(device_types or (None,), fn)
+        self._fake: Optional[Callable] = None
+        self._backward: Optional[Callable] = None
+        self._setup_context: Optional[Callable] = None
+        self._autocast: Dict[str, torch.dtype] = {}
+        self._tags = tuple(tags)
+        self.__name__ = self.__qualname__ = self._name
+        self.__doc__ = fn.__doc__
+        self.__module__ = getattr(fn, "__module__", __name__)
+        self.__wrapped__ = fn
+        self._eager_fn = autograd_function(self, dispatched=False)
+        self._tensor_params, self._only_tensors_and_scalars = _tensor_parameters(fn, params)
+        self._library: Any = None
+        self._opoverload: Any = None
+        self._registered_keys: set = set()
+        self._previous = OPS.get(qualname)
+        _registration.check_tags(qualname, self._tags, registered)
+        if registered:  # everything that can fail at definition is checked before this
+            _registration.define(self, self._tags)
+            self._dispatched_fn = autograd_function(self, dispatched=True)
+            _registration.register_kernels(self, device_types)
+        # A class of its own, whose __call__ is the op's call. See NOTE: [the op's call].
+        self.__class__ = type(
+            "CustomOp", (type(self),), {"__module__": __name__, "__qualname__": "CustomOp"}
+        )
+        self._regenerate_call()
+        self._previous = None
+        objects = _OBJECTS.setdefault(qualname, [])
+        for older in objects:  # the newest definition wins; old objects follow
+            older.__class__ = self.__class__
+            older.__dict__ = self.__dict__
+        objects.append(self)
+        OPS[qualname] = self
+
+    def __repr__(self) -> str:
+        return f"<compatfn.CustomOp({self._qualname}{self._schema.split(' ->')[0]})>"
+
+    # ---------------------------------------------------------------- calling
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the operator. Each op made by ``custom_op`` replaces this with a call that has
+        the op's own signature (See NOTE: [the op's call])."""
+        inputs, keyword_only = self._bind(args, kwargs)
+        return self._general_call(inputs, keyword_only)
+
+    def _general_call(self, inputs: tuple, keyword_only: Dict[str, Any]) -> Any:
+        """Every call the short path does not take: through the dispatcher where something needs
+        it (tracing, modes, transforms, tensor subclasses), else the kernels through autograd."""
+        self._check_tensor_arguments(inputs, keyword_only)
+        if self._opoverload is not None and not self._eager_ok(inputs, keyword_only):
+            return self._opoverload(*inputs, **keyword_only)
+        return self._apply(inputs, keyword_only, self._eager_fn)
+
+    def _short_path_ok(self) -> bool:
+        """Whether the op is simple enough for the short path (See NOTE: [the op's call])."""
+        return (
+            not self._keyword_only
+            and not self._mutated
+            and not self._autocast
+            and "[]" not in self._schema
+            and "Tensor?" not in self._schema
+            and list(self._kernels) == [None]
+            and self._kernels[None] is self.__wrapped__  # its signature is the op's
+            and self._only_tensors_and_scalars
+            and _returns_only_tensors(self._schema)
+        )
+
+    def _check_tensor_arguments(self, inputs: tuple, keyword_only: Dict[str, Any]) -> None:
+        """torch's error for a ``Tensor`` parameter given something else; objects that take
+        part in ``__torch_function__`` (torch.fx proxies) pass."""
+        for i, name in self._tensor_params:
+            value = inputs[i] if i < len(inputs) else keyword_only[name]
+            if not isinstance(value, torch.Tensor) and not hasattr(value, "__torch_function__"):
+                raise RuntimeError(
+                    f"{self._qualname}() Expected a value of type 'Tensor' for argument "
+                    f"'{name}' but instead found type '{type(value).__name__}'."
+                )
+
+    def _regenerate_call(self) -> None:
+        """The op's call as it is registered now (See NOTE: [the op's call]); run again by every
+        registration."""
+        type(self).__call__ = generated_call(self)  # type: ignore[method-assign]
+
+    def _eager_ok(self, inputs: tuple, keyword_only: Dict[str, Any]) -> bool:
+        """Whether a call may skip the dispatcher: plain tensors, no tracing, modes, transforms."""
+        if _needs_dispatcher():
+            return False
+        for t in tensors_in(inputs):
+            if type(t) not in _PLAIN_TENSORS:
+                return False
+        return all(type(t) in _PLAIN_TENSORS for t in tensors_in(keyword_only.values()))
+
+    def _bind(self, args: tuple, kwargs: dict) -> Tuple[tuple, Dict[str, Any]]:
+        """Full positional inputs (defaults filled) and the keyword-only ones."""
+        if not kwargs and len(args) == len(self._positional) and not self._keyword_only:
+            return args, {}
+        try:
+            bound = self._signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self._qualname}: {exc}") from None
+        bound.apply_defaults()
+        values = bound.arguments
+        return (
+            tuple(values[n] for n in self._positional),
+            {n: values[n] for n in self._keyword_only},
+        )
+
+    def _apply(self, inputs: tuple, keyword_only: Dict[str, Any], fn: Any) -> Any:
+        autocast = self._autocast_dtype()
+        if autocast is not None:
+            return self._call_autocast(inputs, keyword_only, autocast)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors_in(inputs)):
+            flat, layout = flatten(inputs)
+            return fn.apply(Call(layout, keyword_only), *flat)
+        if fn is self._eager_fn:
+            return self._run_kernel(inputs, keyword_only)
+        return _registration.below_autograd(self._opoverload, inputs, keyword_only)
+
+    def _autocast_dtype(self) -> Optional[torch.dtype]:
+        for device_type, dtype in self._autocast.items():
+            enabled = (
+                torch.is_autocast_enabled()
+                if device_type == "cuda"
+                else getattr(torch, "is_autocast_cpu_enabled", lambda: False)()
+            )
+            if enabled:
+                return dtype
+        return None
+
+    def _call_autocast(self, inputs: tuple, keyword_only: Dict[str, Any], dtype: Any) -> Any:
+        def cast(v: Any) -> Any:
+            if isinstance(v, torch.Tensor) and v.is_floating_point():
+                return v.to(dtype)
+            if is_tensor_list(v):
+                return [cast(t) for t in v]
+            return v
+
+        cast_inputs = tuple(cast(v) for v in inputs)
+        devices = {"cuda" if t.is_cuda else "cpu" for t in tensors_in(inputs)}
+        with _autocast_off(devices.pop() if len(devices) == 1 else "cpu"):
+            return self(*cast_inputs, **keyword_only)
+
+    def _kernel_for(self, inputs: tuple) -> Callable:
+        tensors = tensors_in(inputs)
+        device = tensors[0].device.type if tensors else "cpu"
+        if device == "meta":
+            return self._meta_kernel_for()
+        kernel = self._kernels.get(device, self._kernels.get(None))
+        if kernel is None:
+            have = ", ".join(sorted(str(k) for k in self._kernels)) or "none"
+            raise NotImplementedError(
+                f"{self._qualname}: no kernel for device type {device!r} (registered: {have}). "
+                f"Add one with @{self._name}.register_kernel({device!r})."
+            )
+        return kernel
+
+    def _meta_kernel_for(self) -> Callable:
+        """The fake kernel, else a kernel registered for ``"meta"``, else torch's error (the
+        device-generic kernel never runs for meta tensors, as on torch >= 2.4)."""
+        kernel = self._fake or self._kernels.get("meta")
+        if kernel is None:
+            raise RuntimeError(
+                f"There was no fake impl registered for {self!r}. This is necessary for "
+                f"torch.compile/export/fx tracing to work. Please use "
+                f"`{self._name}.register_fake` to add an fake impl."
+            )
+        return kernel
+
+    def _run_kernel(self, inputs: tuple, keyword_only: Dict[str, Any]) -> Any:
+        kernel = self._kernel_for(inputs)
+        mutated = self._mutated_tensors(inputs) if kernel is not self._fake else []
+        versions = [t._version for t in mutated]
+        output = kernel(*inputs, **keyword_only)
+        if kernel is not self._fake:
+            self._check_no_alias(inputs, output)
+            for t, version in zip(mutated, versions):
+                if t._version == version:  # mutated outside torch (NumPy): tell autograd
+                    bump_version(t)
+        return output
+
+    def _check_no_alias(self, inputs: tuple, output: Any) -> None:
+        """torch's rule: no output shares storage with an input or with another output."""
+        outs = tensors_in(output if isinstance(output, (tuple, list)) else (output,))
+        if not outs:
+            return
+        seen = {storage_key(t) for t in tensors_in(inputs)}
+        seen.discard(None)
+        for o in outs:
+            key = storage_key(o)
+            if key is None:
+                continue
+            if key in seen:
+                raise RuntimeError(
+                    f"{self._qualname}: The output of this custom operator (1) must not also be "
+                    "an input to this custom operator and (2) may not alias any inputs to this "
+                    "custom operator or other returns. Please instead return a clone of the "
+                    "offending output tensor(s) (e.g. return x.clone()) or refactor the custom "
+                    "operator to not return it."
+                )
+            seen.add(key)
+
+    def _mutated_positions(self, mutates_args: Union[str, Iterable[str]]) -> Tuple[int, ...]:
+        names = self._positional if isinstance(mutates_args, str) else set(mutates_args)
+        return tuple(i for i, n in enumerate(self._positional) if n in names)
+
+    def _mutated_tensors(self, inputs: tuple) -> List[torch.Tensor]:
+        if not self._mutated:
+            return []
+        return tensors_in(inputs[i] for i in self._mutated)
+
+    # ---------------------------------------------------------------- dispatcher kernels
+
+    def _device_kernel(self, *args: Any, **kwargs: Any) -> Any:
+        inputs, keyword_only = self._bind(args, kwargs)
+        return self._run_kernel(inputs, keyword_only)
+
+    def _meta_kernel(self, *args: Any, **kwargs: Any) -> Any:
+        assert self._fake is not None
+        return self._fake(*args, **kwargs)
+
+    def _autograd_kernel(self, *args: Any, **kwargs: Any) -> Any:
+        inputs, keyword_only = self._bind(args, kwargs)
+        return self._apply(inputs, keyword_only, self._dispatched_fn)
+
+    # ---------------------------------------------------------------- registration
+
+    def register_kernel(
+        self, device_types: Union[str, Sequence[str], None], fn: Optional[Callable] = None, /
+    ) -> Callable:
+        """Use ``fn`` for tensors on ``device_types`` (``"cpu"``, ``"cuda"``, ...; None: the
+        kernel for every device without one of its own, as in torch).
+
+        Example::
+
+            @mysin.register_kernel("cuda")
+            def _(x):
+                return x.sin()
+        """
+
+        def register(kernel: Callable) -> Callable:
+            for device in device_types_tuple(device_types) or (None,):  # None: every device
+                self._kernels[device] = kernel
+                if self._library is not None:
+                    _registration.impl_once(self, dispatch_key(device), self._device_kernel)
+            self._regenerate_call()
+            return kernel
+
+        return register if fn is None else register(fn)
+
+    def register_fake(self, fn: Callable, /) -> Callable:
+        """Shapes, dtypes and devices of the outputs, for FakeTensor/``meta`` inputs.
+
+        Example::
+
+            @mysin.register_fake
+            def _(x):
+                return torch.empty_like(x)
+        """
+        self._fake = fn
+        if self._library is not None:
+            _registration.impl_once(self, "Meta", self._meta_kernel)
+        self._regenerate_call()
+        return fn
+
+    def register_autograd(
+        self, backward: Callable, /, *, setup_context: Optional[Callable] = None
+    ) -> None:
+        """Gradient formula: ``setup_context(ctx, inputs, output)`` and ``backward(ctx, *grads)``.
+
+        ``inputs`` holds every positional input, defaults filled in; an op with keyword-only
+        parameters gets them as ``keyword_only_inputs`` (a dict), as on torch 2.4+.
+        """
+        if self._mutated:
+            raise RuntimeError(
+                f"Cannot register autograd formula for non-functional operator {self!r} with "
+                f"schema {self._qualname}{self._schema}. Please create a functional operator "
+                "and register an autograd formula for that."
+            )
+        if not callable(backward) or (setup_context is not None and not callable(setup_context)):
+            raise TypeError(
+                f"{self._qualname}: register_autograd expects callables: "
+                "register_autograd(backward, setup_context=setup_context)"
+            )
+        self._backward = backward
+        self._setup_context = setup_context
+        self._regenerate_call()
+
+    def register_vmap(self, func: Optional[Callable] = None, /) -> Callable:
+        """A ``torch.func.vmap`` rule. ``torch.func`` works on custom ops from torch 2.4 only:
+        on older torch this raises ``NotImplementedError`` (the rule is never called there)."""
+        raise NotImplementedError(
+            f"{self._qualname}: register_vmap needs torch >= 2.5 (torch.library.register_vmap); "
+            f"torch {torch.__version__} cannot vmap a custom operator. Call the op in a loop, "
+            "or write the batched computation as the op itself."
+        )
+
+    def register_autocast(self, device_type: str, cast_inputs: torch.dtype) -> None:
+        """Under autocast on ``device_type``, cast floating-point tensor inputs to
+        ``cast_inputs`` and run the op with autocast off (calls through the op object).
+
+        Example: ``mysin.register_autocast("cuda", torch.float16)``.
+        """
+        if device_type not in ("cpu", "cuda"):
+            raise ValueError(
+                f"{self._qualname}: register_autocast supports device_type 'cpu' or 'cuda' on "
+                f"torch {torch.__version__}, got {device_type!r}"
+            )
+        self._autocast[device_type] = cast_inputs
+        self._regenerate_call()
+
+
+def _autocast_off(device_type: str) -> Any:
+    """Autocast off for ``device_type`` (torch 1.8 has only ``torch.cuda.amp.autocast``)."""
+    if HAS_DEVICE_AUTOCAST:
+        return torch.autocast(device_type, enabled=False)
+    return torch.cuda.amp.autocast(enabled=False)
+
+
+def _returns_only_tensors(schema: str) -> bool:
+    """Whether the schema returns one Tensor or a tuple of Tensors (what torch 1.8's autograd
+    Functions can return)."""
+    returns = schema.rsplit("-> ", 1)[1].strip("()")
+    return bool(returns) and all(r.strip() == "Tensor" for r in returns.split(","))
+
+
+def _tensor_parameters(
+    fn: Callable, params: List[inspect.Parameter]
+) -> Tuple[List[Tuple[int, str]], bool]:
+    """The (position, name) of each parameter annotated ``Tensor``, and whether every other
+    parameter is a scalar (no Optional/Sequence of Tensor, nothing unannotated): the short path
+    needs that."""
+    tensors, only_scalars = [], True
+    for i, p in enumerate(params):
+        annotation = _resolve(p.annotation, fn)
+        if annotation is torch.Tensor:
+            tensors.append((i, p.name))
+        elif annotation not in (int, float, bool, str, torch.dtype, torch.device):
+            only_scalars = False
+    return tensors, only_scalars

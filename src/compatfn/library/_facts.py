@@ -1,0 +1,194 @@
+"""Every torch fact ``compatfn.library`` depends on, detected once, at import.
+
+Feature detection first; each fact says from/until which torch it holds and links upstream
+(``grep -n "Upstream:" src/compatfn/library/_facts.py`` lists them). The rest of the package reads
+these names and never probes torch itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import inspect
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import torch
+
+from compatfn.core import (
+    CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS,
+    HAS_FUNCTORCH,
+    HAS_IS_COMPILING,
+    is_compiling,
+    transforms_active,
+)
+
+__all__ = [
+    "CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS",
+    "HAS_LIBRARY",
+    "HAS_META_DEVICE",
+    "HAS_TAGS",
+    "HAS_TORCH_CUSTOM_OP",
+    "HAS_TORCH_OPCHECK",
+    "RESERVED_NAMESPACES",
+    "TIER",
+    "TORCH_CUSTOM_OP_TAKES_TAGS",
+]
+
+_library: Any = getattr(torch, "library", None)
+
+#: ``torch.library.custom_op`` (torch >= 2.4): the "torch" tier hands everything to torch.
+# Upstream: https://github.com/pytorch/pytorch/pull/122344
+HAS_TORCH_CUSTOM_OP = hasattr(_library, "custom_op")
+#: ``torch.library.Library`` with ``define`` and the below-autograd redispatch guard
+#: ``torch._C._AutoDispatchBelowAutograd`` (torch >= 1.13): operators can be defined from Python
+#: and given an Autograd kernel. torch 1.8 has no ``torch.library``; torch 1.12 has ``Library``
+#: but not the guard (and its schema parser rejects schemas 1.13+ accept), so it takes the
+#: ``function`` tier (measured: the registered tier failed there).
+# Upstream: https://github.com/pytorch/pytorch/blob/v1.13.1/torch/library.py
+HAS_LIBRARY = (
+    hasattr(_library, "Library")
+    and hasattr(_library, "define")
+    and hasattr(torch._C, "_AutoDispatchBelowAutograd")
+)
+#: Which implementation ``compatfn.custom_op`` uses on the running torch (package docstring).
+TIER = "torch" if HAS_TORCH_CUSTOM_OP else ("registered" if HAS_LIBRARY else "function")
+
+#: ``torch.library.custom_op(..., tags=)`` (torch >= 2.5; measured: 2.4's takes no tags).
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.5.0/torch/_library/custom_ops.py
+TORCH_CUSTOM_OP_TAKES_TAGS = (
+    HAS_TORCH_CUSTOM_OP and "tags" in inspect.signature(_library.custom_op).parameters
+)
+
+#: torch's ``opcheck`` as a public API (torch >= 2.4); torch 2.1-2.3 ship the same function under
+#: ``torch.testing._internal.optests``.
+# Upstream: https://github.com/pytorch/pytorch/pull/103063
+HAS_TORCH_OPCHECK = hasattr(_library, "opcheck")
+
+#: ``torch.Tag`` (torch >= 2.0): operator tags, which ``Library.define`` takes from 2.1.
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.1.0/torch/library.py
+HAS_TAGS = hasattr(torch, "Tag")
+
+#: Namespaces torch refuses for new operators (``torch.library._reserved_namespaces``, every
+#: torch with ``torch.library``): TorchScript's interpreter owns ``prim``.
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/library.py
+RESERVED_NAMESPACES = tuple(getattr(_library, "_reserved_namespaces", ("prim",)))
+
+#: ``torch.autocast(device_type)`` (torch >= 1.10; torch 1.8 has only ``torch.cuda.amp.autocast``).
+# Upstream: https://github.com/pytorch/pytorch/blob/v1.10.0/torch/autocast_mode.py
+HAS_DEVICE_AUTOCAST = hasattr(torch, "autocast")
+
+#: ``torch.autograd.graph.increment_version`` (torch >= 2.1): bump the version counter of an
+#: argument a kernel mutated outside torch (NumPy), as torch >= 2.4 does for declared mutations.
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.1.0/torch/autograd/graph.py
+increment_version: Optional[Callable[[Any], None]] = getattr(
+    getattr(torch.autograd, "graph", None), "increment_version", None
+)
+
+
+def _probe_meta_device() -> bool:
+    try:
+        torch.empty(0, device="meta")
+    except RuntimeError:  # torch 1.8 (measured)
+        return False
+    return True
+
+
+#: The ``meta`` device (not on torch 1.8): fake kernels run for meta tensors.
+# Upstream: https://github.com/pytorch/pytorch/blob/v1.13.1/c10/core/DeviceType.h
+HAS_META_DEVICE = _probe_meta_device()
+
+#: ``torch._C._storage_id`` (absent on torch 1.8, present on 1.13 and later; measured): the
+#: identity of a tensor's storage, which torch's own aliasing check compares. Without it compatfn
+#: compares ``t.storage()._cdata`` (the StorageImpl's address). See NOTE: [storage identity].
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/_subclasses/meta_utils.py
+storage_id: Optional[Callable[[torch.Tensor], int]] = getattr(torch._C, "_storage_id", None)
+#: ``torch._C._is_alias_of(a, b)`` (torch >= 1.13; measured): whether two tensors share a storage,
+#: in one call (two ``_storage_id`` calls cost more, measured with callgrind on 1.13).
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/_subclasses/meta_utils.py
+is_alias_of: Optional[Callable[[torch.Tensor, torch.Tensor], bool]] = getattr(
+    torch._C, "_is_alias_of", None
+)
+
+#: Below-autograd redispatch guard (every torch with ``torch.library``); a context manager on
+#: torch >= 2.1, a plain guard object (active while alive) on 1.13 and 2.0 (measured).
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/_library/autograd.py
+BelowAutograd: Any = getattr(torch._C, "_AutoDispatchBelowAutograd", None)
+GUARD_IS_CONTEXT = hasattr(BelowAutograd, "__enter__")
+#: torch's C-level ``Function.apply``: no binding, no transform checks (the caller has done them).
+C_APPLY = torch._C._FunctionBase.__dict__["apply"]
+
+#: How many dispatch modes are active (``_len_torch_dispatch_stack``, torch >= 2.0; a single
+#: mode before).
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.0.0/torch/utils/_python_dispatch.py
+dispatch_mode_count: Callable[[], int] = getattr(
+    torch._C,
+    "_len_torch_dispatch_stack",
+    lambda: int(getattr(torch._C, "_get_torch_dispatch_mode", lambda: None)() is not None),
+)
+
+#: What sends a registered op's call through the dispatcher: tracing, dispatch modes and
+#: torch.func transforms, in the order they are asked (``is_compiling`` first: under dynamo it
+#: answers before the C probes, which dynamo 2.1 cannot trace), leaving out those this torch
+#: cannot answer True (nothing compiles before torch 2.0).
+DISPATCHER_PROBES: Tuple[Callable[[], Any], ...] = tuple(
+    probe
+    for probe, present in (
+        (is_compiling, HAS_IS_COMPILING),
+        (dispatch_mode_count, True),
+        (transforms_active, HAS_FUNCTORCH),
+    )
+    if present
+)
+
+
+@functools.lru_cache(maxsize=None)
+def int_type() -> str:
+    """``SymInt`` where this torch's schema parser knows it (torch >= 2.0), else ``int``."""
+    try:
+        torch._C.parse_schema("f(SymInt x) -> ()")
+    except RuntimeError:
+        return "int"
+    return "SymInt"
+
+
+@functools.lru_cache(maxsize=None)
+def parser_reads_dtype_names() -> bool:
+    """Whether the schema parser takes a dtype default by name (``ScalarType d=float64``, what
+    torch 2.4+'s ``infer_schema`` writes); torch 1.13-2.3 refuse it ("invalid numeric default
+    value", measured) and take the ScalarType's number."""
+    try:
+        torch._C.parse_schema("f(ScalarType d=float64) -> ()")
+    except RuntimeError:
+        return False
+    return True
+
+
+#: c10's ScalarType numbers (fixed in c10/core/ScalarType.h since torch 1.0), for the schema
+#: default of a dtype parameter on torch < 2.4.
+# Upstream: https://github.com/pytorch/pytorch/blob/v1.13.1/c10/core/ScalarType.h#L43
+SCALAR_TYPE_NUMBERS: Dict[str, int] = {
+    "uint8": 0,
+    "int8": 1,
+    "int16": 2,
+    "int32": 3,
+    "int64": 4,
+    "float16": 5,
+    "float32": 6,
+    "float64": 7,
+    "complex64": 9,
+    "complex128": 10,
+    "bool": 11,
+    "bfloat16": 15,
+}
+
+
+@functools.lru_cache(maxsize=None)
+def has_auto_functionalize() -> bool:
+    """torch 2.2+ functionalizes mutating custom operators under torch.compile
+    (``torch._higher_order_ops.auto_functionalize``); torch 2.1 raises "Found a custom (non-ATen)
+    operator that either mutates or its inputs" (measured)."""
+    # Upstream: https://github.com/pytorch/pytorch/blob/v2.2.0/torch/_higher_order_ops/auto_functionalize.py
+    try:
+        return importlib.util.find_spec("torch._higher_order_ops.auto_functionalize") is not None
+    except ImportError:  # torch < 2.1: no torch._higher_order_ops
+        return False

@@ -1,0 +1,175 @@
+"""Schema inference: the operator schema of a Python function from its annotations, as torch's
+``torch.library.infer_schema`` writes it (torch >= 2.5), on every torch."""
+
+from __future__ import annotations
+
+import collections.abc
+import inspect
+import re
+import typing
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+
+import torch
+
+from compatfn.library._facts import SCALAR_TYPE_NUMBERS, int_type, parser_reads_dtype_names
+
+__all__ = ["infer_schema", "schema_for_this_torch"]
+
+_NoneType = type(None)
+#: Python type -> schema type, and whether lists of it are allowed.
+_SCALARS: Dict[Any, Tuple[str, bool]] = {
+    torch.Tensor: ("Tensor", True),
+    int: ("SymInt", True),
+    float: ("float", True),
+    bool: ("bool", True),
+    str: ("str", False),
+    torch.dtype: ("ScalarType", False),
+    torch.device: ("Device", False),
+}
+_SEQUENCES = (list, collections.abc.Sequence, typing.List, typing.Sequence)
+
+
+def _resolve(annotation: Any, fn: Callable) -> Any:
+    if isinstance(annotation, str):  # ``from __future__ import annotations``
+        scope = {"torch": torch, "Tensor": torch.Tensor, "typing": typing, **vars(typing)}
+        scope.update(getattr(fn, "__globals__", {}))
+        try:
+            return eval(annotation, scope)
+        except Exception:
+            return annotation
+    return annotation
+
+
+def _optional_of(annotation: Any) -> Any:
+    """``X`` for ``Optional[X]``, else ``None``."""
+    if typing.get_origin(annotation) is Union:
+        args = [a for a in typing.get_args(annotation) if a is not _NoneType]
+        if len(args) == 1 and len(typing.get_args(annotation)) == 2:
+            return args[0]
+    return None
+
+
+def _schema_type(annotation: Any) -> Optional[str]:
+    """The schema type of a parameter annotation, or ``None`` if unsupported."""
+    inner = _optional_of(annotation)
+    if inner is not None:
+        base = _schema_type(inner)
+        return None if base is None or base.endswith("?") else base + "?"
+    if annotation in _SCALARS:
+        name = _SCALARS[annotation][0]
+        return int_type() if name == "SymInt" else name
+    origin = typing.get_origin(annotation)
+    if origin in _SEQUENCES:
+        (item,) = typing.get_args(annotation) or (None,)
+        opt = _optional_of(item)
+        if opt is torch.Tensor:
+            return "Tensor?[]"
+        if item in _SCALARS and _SCALARS[item][1]:
+            return _schema_type(item) + "[]"  # type: ignore[operator]
+    return None
+
+
+def _return_type(annotation: Any, error: Callable[[str], Exception]) -> str:
+    if annotation is None or annotation is _NoneType:
+        return "()"
+    if annotation is inspect.Parameter.empty:
+        raise error("No return type annotation was provided. Please add one.")
+    if typing.get_origin(annotation) in (tuple, typing.Tuple):
+        parts = [_return_type(a, error) for a in typing.get_args(annotation)]
+        return "(" + ", ".join(parts) + ")"
+    if (
+        annotation in (torch.Tensor, int, float, bool)
+        or typing.get_origin(annotation) in _SEQUENCES
+    ):
+        found = _schema_type(annotation)
+        if found is not None and "?" not in found:
+            return found
+    raise error(f"Return has unsupported type {annotation}.")
+
+
+def _default_repr(value: Any) -> Optional[str]:
+    if value is None or isinstance(value, (bool, int, float)):
+        return str(value)
+    if isinstance(value, (str, torch.device)):
+        return f'"{value}"'
+    if isinstance(value, torch.dtype):
+        return str(value)[len("torch.") :]
+    return None
+
+
+def infer_schema(fn: Callable, mutates_args: Union[str, Iterable[str]]) -> str:
+    """The operator schema of ``fn`` from its annotations, as ``torch.library.infer_schema``.
+
+    Example::
+
+        >>> def f(x: torch.Tensor, scale: float = 2.0) -> torch.Tensor: ...
+        >>> infer_schema(f, mutates_args=())
+        '(Tensor x, float scale=2.0) -> Tensor'
+    """
+    sig = inspect.signature(fn)
+
+    def error(what: str) -> ValueError:
+        return ValueError(f"infer_schema(func): {what} Got func with signature {sig})")
+
+    unknown = isinstance(mutates_args, str)
+    if unknown and mutates_args != "unknown":
+        raise ValueError(
+            "mutates_args must either be a sequence of the names of the arguments that are "
+            "mutated or the string 'unknown'. "
+        )
+    mutated = set() if unknown else set(mutates_args)
+    params: List[str] = []
+    kw_only_seen = False
+    for idx, (name, param) in enumerate(sig.parameters.items()):
+        if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            raise error("We do not support positional-only args, varargs, or varkwargs.")
+        if param.kind is param.KEYWORD_ONLY and not kw_only_seen:
+            params.append("*")
+            kw_only_seen = True
+        if param.annotation is inspect.Parameter.empty:
+            raise error(f"Parameter {name} must have a type annotation.")
+        schema_type = _schema_type(_resolve(param.annotation, fn))
+        if schema_type is None:
+            raise error(
+                f"Parameter {name} has unsupported type {param.annotation}. The valid types "
+                "are: Tensor, int, float, bool, str, torch.dtype, torch.device, their Optional "
+                "forms, and Sequence/List of Tensor, Optional[Tensor], int, float, bool."
+            )
+        if (unknown and schema_type.startswith("Tensor")) or name in mutated:
+            if not schema_type.startswith("Tensor"):
+                raise error(
+                    f"Parameter {name} is in mutable_args but only Tensors or collections of "
+                    "Tensors can be mutated"
+                )
+            schema_type = f"Tensor(a{idx}!){schema_type[len('Tensor') :]}"
+        if param.default is inspect.Parameter.empty:
+            params.append(f"{schema_type} {name}")
+        else:
+            shown = _default_repr(param.default)
+            if shown is None:
+                raise error(
+                    f"Parameter {name} has an unsupported default value type {type(param.default)}."
+                )
+            params.append(f"{schema_type} {name}={shown}")
+    missing = mutated - set(sig.parameters)
+    if missing:
+        raise error(
+            f"{missing} in mutates_args were not found in the custom op's signature. "
+            "mutates_args should contain the names of all args that the custom op mutates, or "
+            "just the string 'unknown' if you don't know."
+        )
+    returns = _return_type(_resolve(sig.return_annotation, fn), error)
+    return f"({', '.join(params)}) -> {returns}"
+
+
+def schema_for_this_torch(schema: str) -> str:
+    """``schema`` as this torch's parser reads it: a dtype default by its ScalarType number on
+    torch 1.13-2.3 (See ``parser_reads_dtype_names``)."""
+    if parser_reads_dtype_names():
+        return schema
+
+    def number(match: Any) -> str:
+        code = SCALAR_TYPE_NUMBERS.get(match.group(2))
+        return match.group(0) if code is None else f"{match.group(1)}={code}"
+
+    return re.sub(r"(ScalarType\?? \w+)=(\w+)", number, schema)

@@ -1,0 +1,240 @@
+"""``opcheck`` on every torch: torch's own on torch >= 2.4, the same tests as far as an older
+torch can run them before."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from compatfn.core import dynamo_unsupported
+from compatfn.library._custom_ops import CustomOp
+from compatfn.library._facts import HAS_META_DEVICE, HAS_TORCH_OPCHECK, has_auto_functionalize
+from compatfn.library._utils import tensors_in
+
+__all__ = ["DEFAULT_TEST_UTILS", "OpCheckError", "opcheck"]
+
+#: The checks torch's ``opcheck`` runs by default (torch 2.4+), and compatfn's on older torch.
+DEFAULT_TEST_UTILS = (
+    "test_schema",
+    "test_autograd_registration",
+    "test_faketensor",
+    "test_aot_dispatch_dynamic",
+)
+
+
+class OpCheckError(Exception):
+    """A failed :func:`opcheck` test (torch's ``OpCheckError`` where torch has one)."""
+
+
+def opcheck(
+    op: Any,
+    args: Tuple[Any, ...],
+    kwargs: Optional[Dict[str, Any]] = None,
+    *,
+    test_utils: Union[str, Sequence[str]] = DEFAULT_TEST_UTILS,
+    raise_exception: bool = True,
+) -> Dict[str, Any]:
+    """``torch.library.opcheck`` on every torch: test that ``op`` is registered correctly.
+
+    torch >= 2.4 runs torch's own. Older torch runs the same tests, as far as that torch can:
+    ``test_schema`` (undeclared mutation of an input), ``test_autograd_registration`` (outputs
+    are differentiable when an input requires grad), ``test_faketensor`` (FakeTensor or ``meta``
+    outputs match the real ones in shape and dtype), ``test_aot_dispatch_dynamic`` (with
+    ``torch.compile(backend="aot_eager", dynamic=True, fullgraph=True)``: outputs and gradients
+    match eager). A test this torch cannot run is reported as ``"SKIPPED: <reason>"``.
+    Returns ``{test name: "SUCCESS" | "SKIPPED: ..." | exception}``; raises the first failure
+    unless ``raise_exception=False``.
+
+    Example::
+
+        >>> opcheck(numpy_sin, (torch.randn(3, requires_grad=True),))
+        {'test_schema': 'SUCCESS', 'test_autograd_registration': 'SUCCESS', ...}
+    """
+    tests = (test_utils,) if isinstance(test_utils, str) else tuple(test_utils)
+    if HAS_TORCH_OPCHECK:
+        target = op._opoverload if isinstance(op, CustomOp) and op._opoverload else op
+        if not isinstance(op, CustomOp) or op._opoverload is not None:
+            return dict(
+                torch.library.opcheck(  # type: ignore[attr-defined]
+                    target, args, kwargs, test_utils=tests, raise_exception=raise_exception
+                )
+            )
+    if not isinstance(op, CustomOp):
+        raise TypeError(
+            f"opcheck: {op!r} is not an operator made by compatfn.custom_op; on torch "
+            f"{torch.__version__} compatfn can check only those"
+        )
+    kwargs = dict(kwargs or {})
+    results: Dict[str, Any] = {}
+    for test in tests:
+        check = _OPCHECKS.get(test)
+        if check is None:
+            raise ValueError(f"opcheck: unknown test {test!r}; known: {list(_OPCHECKS)}")
+        try:
+            skipped = check(op, args, kwargs)
+        except Exception as exc:
+            if raise_exception:
+                raise OpCheckError(
+                    f"opcheck(op, ...): {test} failed with {exc} (scroll up for stack trace)"
+                ) from exc
+            results[test] = exc
+            continue
+        results[test] = f"SKIPPED: {skipped}" if skipped else "SUCCESS"
+    return results
+
+
+def _cloned(values: Sequence[Any], requires_grad: bool = True) -> List[Any]:
+    def clone(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            c = v.detach().clone()
+            return c.requires_grad_(v.requires_grad and requires_grad)
+        if isinstance(v, (list, tuple)):
+            return type(v)(clone(t) for t in v)
+        return v
+
+    return [clone(v) for v in values]
+
+
+def _outputs(out: Any) -> List[torch.Tensor]:
+    return tensors_in(out if isinstance(out, (tuple, list)) else (out,))
+
+
+def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bool(a.shape == b.shape and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)))
+
+
+def _check_schema(op: CustomOp, args: tuple, kwargs: dict) -> Optional[str]:
+    inputs, keyword_only = op._bind(tuple(args), kwargs)
+    before = _cloned(list(inputs) + list(keyword_only.values()), requires_grad=False)
+    used = _cloned(list(inputs) + list(keyword_only.values()), requires_grad=False)
+    names = op._positional + op._keyword_only
+    with torch.no_grad():
+        op(*used[: len(inputs)], **dict(zip(op._keyword_only, used[len(inputs) :])))
+    for i, (old, new) in enumerate(zip(before, used)):
+        olds, news = tensors_in((old,)), tensors_in((new,))
+        changed = any(not _same_values(a, b) for a, b in zip(olds, news))
+        if changed and i not in op._mutated:
+            raise RuntimeError(f"Argument {names[i]} is not defined as mutable but was mutated")
+    return None
+
+
+def _check_autograd_registration(op: CustomOp, args: tuple, kwargs: dict) -> Optional[str]:
+    used = _cloned(args)
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors_in(used))):
+        return None
+    for o in _outputs(op(*used, **kwargs)):
+        if o.is_floating_point() and o.grad_fn is None:
+            raise AssertionError(
+                f"{op._qualname}: an input requires grad but output has no grad_fn: autograd "
+                "is not registered for this operator"
+            )
+    return None
+
+
+def _fake_mode() -> Any:
+    try:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+    except ImportError:
+        return None
+    return FakeTensorMode
+
+
+def _check_faketensor(op: CustomOp, args: tuple, kwargs: dict) -> Optional[str]:
+    with torch.no_grad():
+        real = _outputs(op(*_cloned(args), **kwargs))
+    mode_cls = _fake_mode() if op._opoverload is not None else None
+    if mode_cls is not None:
+        mode = mode_cls()
+
+        def convert(v: Any) -> Any:
+            if isinstance(v, torch.Tensor):
+                return mode.from_tensor(v.detach().clone())
+            if isinstance(v, (list, tuple)):
+                return type(v)(convert(t) for t in v)
+            return v
+
+        fake_args = [convert(v) for v in args]
+        fake_kwargs = {k: convert(v) for k, v in kwargs.items()}
+        with mode, torch.no_grad():
+            fake = _outputs(op(*fake_args, **fake_kwargs))
+    elif HAS_META_DEVICE:
+
+        def to_meta(v: Any) -> Any:
+            if isinstance(v, torch.Tensor):
+                return v.detach().to("meta")
+            if isinstance(v, (list, tuple)):
+                return type(v)(to_meta(t) for t in v)
+            return v
+
+        with torch.no_grad():
+            fake = _outputs(
+                op(*[to_meta(v) for v in args], **{k: to_meta(v) for k, v in kwargs.items()})
+            )
+    else:
+        return f"torch {torch.__version__} has neither FakeTensor nor a meta device"
+    if len(fake) != len(real):
+        raise AssertionError(
+            f"{op._qualname}: fake kernel returned {len(fake)} tensors, real {len(real)}"
+        )
+    for i, (f, r) in enumerate(zip(fake, real)):
+        if tuple(f.shape) != tuple(r.shape) or f.dtype != r.dtype:
+            raise AssertionError(
+                f"{op._qualname}: output {i} of the fake kernel has shape {tuple(f.shape)} and "
+                f"dtype {f.dtype}, the real kernel {tuple(r.shape)} and {r.dtype}"
+            )
+    return None
+
+
+def _check_aot_dispatch_dynamic(op: CustomOp, args: tuple, kwargs: dict) -> Optional[str]:
+    if op._opoverload is None:
+        return "the op is not registered with the dispatcher on this torch (no torch.compile)"
+    why = dynamo_unsupported()
+    if why:
+        return why
+    if op._mutated and not has_auto_functionalize():
+        return (
+            f"torch {torch.__version__} cannot compile an operator that mutates its inputs "
+            "(no auto_functionalize before torch 2.2)"
+        )
+    dynamo = importlib.import_module("torch._dynamo")
+
+    def call(*values: Any) -> Any:
+        return op(*values, **kwargs)
+
+    def run(fn: Callable) -> Tuple[List[torch.Tensor], List[Any]]:
+        used = _cloned(args)
+        leaves = [t for t in tensors_in(used) if t.requires_grad]
+        out = _outputs(fn(*used))
+        diff = [o for o in out if o.requires_grad]
+        grads: List[Any] = []
+        if diff and leaves:
+            grads = list(
+                torch.autograd.grad(
+                    diff, leaves, [torch.ones_like(o) for o in diff], allow_unused=True
+                )
+            )
+        return [o.detach() for o in out] + [t.detach() for t in tensors_in(used)], grads
+
+    dynamo.reset()
+    try:
+        compiled = torch.compile(call, backend="aot_eager", dynamic=True, fullgraph=True)
+        got = run(compiled)
+    finally:
+        dynamo.reset()
+    expected = run(call)
+    for a, b in zip(got[0] + got[1], expected[0] + expected[1]):
+        if (a is None) != (b is None) or (
+            a is not None and not torch.allclose(a, b, equal_nan=True)
+        ):
+            raise AssertionError(f"{op._qualname}: compiled outputs or gradients differ from eager")
+    return None
+
+
+_OPCHECKS: Dict[str, Callable[[CustomOp, tuple, dict], Optional[str]]] = {
+    "test_schema": _check_schema,
+    "test_autograd_registration": _check_autograd_registration,
+    "test_faketensor": _check_faketensor,
+    "test_aot_dispatch_dynamic": _check_aot_dispatch_dynamic,
+}

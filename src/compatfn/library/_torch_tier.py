@@ -1,0 +1,106 @@
+"""The "torch" tier (torch >= 2.4): torch's own ``torch.library.custom_op``, with the two
+workarounds compatfn adds where torch's own falls short."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
+
+import torch
+
+from compatfn.library._facts import (
+    CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS,
+    TORCH_CUSTOM_OP_TAKES_TAGS,
+    parser_reads_dtype_names,
+)
+from compatfn.library._infer_schema import infer_schema, schema_for_this_torch
+
+__all__ = ["define_with_torch"]
+
+
+# NOTE: [string annotations]
+# torch's own schema inference mishandles string annotations (``from __future__ import
+# annotations``): torch 2.4 rejects every one ("Parameter x has unsupported type torch.Tensor",
+# https://github.com/pytorch/pytorch/issues/105157, partly fixed by
+# https://github.com/pytorch/pytorch/pull/128809 for 2.5), and torch 2.5-2.8 (measured) still fail
+# on ``"Optional[torch.Tensor]"`` and ``"Sequence[torch.Tensor]"`` ("'str' object has no attribute
+# '__origin__'"). For a function with string annotations compatfn always hands torch the schema it
+# inferred itself (the same text torch infers for real annotations).
+
+
+def _has_string_annotations(fn: Callable) -> bool:
+    return any(isinstance(a, str) for a in getattr(fn, "__annotations__", {}).values())
+
+
+# NOTE: [elided default gradients]
+# On torch 2.4-2.13 (CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS) backward fails for torch's own
+# custom op with a tensor list when a trailing defaulted argument was left at its default: the
+# dispatcher does not pass that argument to the op's autograd kernel, and torch's tensor-list
+# wrapper then rejects the one-gradient-per-input result (None for the default) that the same
+# backward must return when the argument is given. torch 2.14 trims those gradients itself. For
+# such ops compatfn returns torch's CustomOpDef with one method changed: register_autograd wraps
+# backward to drop trailing None gradients beyond the inputs autograd saw
+# (``len(ctx.needs_input_grad)``, the arguments actually passed). Calls are untouched.
+
+
+def _has_tensor_lists(opdef: Any) -> bool:
+    """Whether the op takes or returns a list of tensors (where torch's wrapper applies)."""
+    return re.search(r"Tensor\??(\([^)]*\))?\[\]", str(opdef._opoverload._schema)) is not None
+
+
+def _trim_elided_default_gradients(backward: Callable) -> Callable:
+    @functools.wraps(backward)
+    def trimmed(ctx: Any, *grads: Any) -> Any:
+        result = backward(ctx, *grads)
+        passed = len(ctx.needs_input_grad)
+        if isinstance(result, tuple) and all(g is None for g in result[passed:]):
+            return result[:passed]
+        return result
+
+    return trimmed
+
+
+@functools.lru_cache(maxsize=None)
+def _trimming_opdef_class() -> type:
+    """torch's CustomOpDef with a register_autograd that trims the gradients of elided defaults
+    (See NOTE: [elided default gradients]); one class, made at first use."""
+    base: Any = torch._library.custom_ops.CustomOpDef  # type: ignore[attr-defined]
+
+    def register_autograd(
+        self: Any, backward: Callable, /, *, setup_context: Optional[Callable] = None
+    ) -> None:
+        trimmed = _trim_elided_default_gradients(backward)
+        base.register_autograd(self, trimmed, setup_context=setup_context)  # type: ignore[attr-defined]
+
+    return type(base.__name__, (base,), {"register_autograd": register_autograd})
+
+
+def define_with_torch(
+    name: str,
+    fn: Callable,
+    mutates_args: Union[str, Iterable[str]],
+    device_types: Union[str, Sequence[str], None],
+    schema: Optional[str],
+    tags: Any,
+) -> Any:
+    """``torch.library.custom_op(name, fn, ...)``: torch's ``CustomOpDef``."""
+    if schema is None and (_has_string_annotations(fn) or not parser_reads_dtype_names()):
+        # See NOTE: [string annotations]; torch 2.4's own inference writes a dtype default that
+        # its parser refuses (``parser_reads_dtype_names``).
+        inferred = infer_schema(fn, mutates_args)
+        if _has_string_annotations(fn) or schema_for_this_torch(inferred) != inferred:
+            schema = schema_for_this_torch(inferred)
+    if tags is not None and not TORCH_CUSTOM_OP_TAKES_TAGS:
+        raise RuntimeError(
+            f"custom_op({name!r}): torch {torch.__version__} cannot attach tags to a custom op "
+            "(torch.library.custom_op takes tags from torch 2.5); drop tags= on this torch"
+        )
+    extra = {} if tags is None else {"tags": tags}
+    opdef = torch.library.custom_op(  # type: ignore[attr-defined]
+        name, fn, mutates_args=mutates_args, device_types=device_types, schema=schema, **extra
+    )
+    if CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS and _has_tensor_lists(opdef):
+        # See NOTE: [elided default gradients]
+        opdef.__class__ = _trimming_opdef_class()
+    return opdef

@@ -1,0 +1,161 @@
+"""Helpers shared by the op object, its generated call and opcheck: operator names, tensors in
+arguments, torch's aliasing rule, and the argument conversions the dispatcher does."""
+
+from __future__ import annotations
+
+import keyword
+import re
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from compatfn.library._facts import RESERVED_NAMESPACES, increment_version, is_alias_of, storage_id
+
+#: Device type -> dispatch key, where upper-casing the device type does not give it.
+_DEVICE_KEYS = {"meta": "Meta", "lazy": "Lazy", "privateuseone": "PrivateUse1"}
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def parse_qualname(qualname: str) -> Tuple[str, str, str]:
+    """``(namespace, name, overload)`` of ``"namespace::name[.overload]"`` (overload ``""`` for
+    none); torch's errors for a malformed or reserved name, at definition.
+
+    Example::
+
+        >>> parse_qualname("mylib::scale.Tensor")
+        ('mylib', 'scale', 'Tensor')
+    """
+    parts = qualname.split("::")
+    if len(parts) != 2 or not all(parts):
+        raise ValueError(
+            f'Expected `qualname` to be of the form "namespace::name", but got {qualname}. The '
+            "qualname passed to the torch.library APIs must consist of a namespace and a name, "
+            "e.g. aten::sin"
+        )
+    namespace, full_name = parts
+    name, _, overload = full_name.partition(".")
+    if namespace in RESERVED_NAMESPACES:
+        raise ValueError(
+            f"{namespace} is a reserved namespace. Please try creating a library with another name."
+        )
+    for what, part in (("namespace", namespace), ("name", name), ("overload name", overload)):
+        if part == "" and what == "overload name":
+            continue
+        if not _IDENTIFIER.match(part) or keyword.iskeyword(part):
+            raise RuntimeError(
+                f"custom_op({qualname!r}): the {what} {part!r} is not valid in an operator "
+                "name: use letters, digits and underscores, not starting with a digit, and no "
+                "Python keyword (torch's schema parser refuses it)"
+            )
+    return namespace, name, overload
+
+
+def device_types_tuple(device_types: Union[str, Sequence[str], None]) -> Optional[Tuple[str, ...]]:
+    """``device_types`` as a tuple (None: every device)."""
+    if device_types is None:
+        return None
+    if isinstance(device_types, str):
+        return (device_types,)
+    return tuple(device_types)
+
+
+def dispatch_key(device: Optional[str]) -> str:
+    """The dispatch key of a kernel for ``device`` (None: every device, as in torch)."""
+    if device is None:
+        return "CompositeExplicitAutograd"
+    return _DEVICE_KEYS.get(device, device.upper())
+
+
+def bump_version(t: torch.Tensor) -> None:
+    """Record an in-place change autograd did not see (torch < 2.1: a same-value ``copy_``)."""
+    if increment_version is not None:
+        increment_version(t)
+    else:
+        with torch.no_grad():
+            t.copy_(t)
+
+
+# --------------------------------------------------------------------------- tensors in arguments
+
+
+def is_tensor_list(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value)
+
+
+def flatten(values: Sequence[Any]) -> Tuple[List[Any], List[int]]:
+    """Lists of tensors spliced in (autograd tracks only top-level tensors); ``-1`` marks an
+    argument kept as is, ``n >= 0`` one spliced list of ``n`` items."""
+    flat: List[Any] = []
+    layout: List[int] = []
+    for v in values:
+        if is_tensor_list(v):
+            flat.extend(v)
+            layout.append(len(v))
+        else:
+            flat.append(v)
+            layout.append(-1)
+    return flat, layout
+
+
+def unflatten(flat: Sequence[Any], layout: Sequence[int]) -> Tuple[Any, ...]:
+    out: List[Any] = []
+    i = 0
+    for n in layout:
+        if n < 0:
+            out.append(flat[i])
+            i += 1
+        else:
+            out.append(list(flat[i : i + n]))
+            i += n
+    return tuple(out)
+
+
+def tensors_in(values: Iterable[Any]) -> List[torch.Tensor]:
+    found: List[torch.Tensor] = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            found.append(v)
+        elif isinstance(v, (list, tuple)):
+            found.extend(t for t in v if isinstance(t, torch.Tensor))
+    return found
+
+
+# NOTE: [storage identity]
+# torch's aliasing rule for custom ops (no output shares storage with an input or another output)
+# compares storages. Where torch has ``torch._C.storage_id`` (1.13+) that is the identity;
+# torch 1.8 has none, so the full check compares ``t.storage()._cdata`` (the address of the
+# StorageImpl, measured on 1.8: the same for views, also of empty tensors); the generated call's
+# quick test compares data pointers: a storage's data pointer is the data pointer of any tensor on
+# it at storage offset 0, and it identifies nothing for an empty tensor (every empty storage may
+# have pointer 0), so the quick test fails there and the full check decides. Meta tensors have
+# no data to alias.
+# ``storage_key`` applies the rule to one tensor (the full check); ``distinct_storage_source``
+# writes the cheapest exact test that one output shares no storage with given tensors, for the
+# op's generated call: when it fails, the call falls back to the full check.
+
+
+def storage_key(t: torch.Tensor) -> Optional[int]:
+    """What identifies ``t``'s storage, or None where nothing does (See NOTE: [storage
+    identity])."""
+    if t.is_meta:
+        return None
+    if storage_id is not None:
+        return int(storage_id(t))
+    return int(t.storage()._cdata)
+
+
+def distinct_storage_source(out: str, tensors: Sequence[str], names: Dict[str, str]) -> str:
+    """Python source that is True only when the tensor ``out`` shares a storage with none of
+    ``tensors`` (See NOTE: [storage identity]). ``names`` maps ``"alias_of"`` and
+    ``"storage_id"`` to the names the generated code gives those torch functions."""
+    if not tensors:
+        return "True"
+    if is_alias_of is not None and len(tensors) == 1:
+        return f"not {names['alias_of']}({out}, {tensors[0]})"
+    if storage_id is not None:
+        key = names["storage_id"]
+        return " and ".join(f"{key}({out}) != {key}({t})" for t in tensors)
+    # At storage offset 0 a tensor's data pointer is its storage's.
+    tests = [f"not {out}.storage_offset()"]
+    tests += [f"not {t}.storage_offset() and {out}.data_ptr() != {t}.data_ptr()" for t in tensors]
+    return " and ".join(tests)

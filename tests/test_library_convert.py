@@ -1,0 +1,66 @@
+"""Arguments reach the kernel converted as torch's dispatcher converts them, on every tier
+(``_convert``); torch 2.15's own custom_op is the oracle (the ``torch`` tier)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import pytest
+import torch
+
+from library_support import TIERS, make
+
+
+def recording_op(tier: str, seen: Dict[str, Any]) -> Any:
+    @make(tier, "conv")
+    def conv(
+        x: torch.Tensor,
+        d: torch.device,
+        s: float,
+        ints: List[int],
+        b: bool,
+        i: int,
+        o: Optional[float] = None,
+    ) -> torch.Tensor:
+        seen.update(d=d, s=s, ints=ints, b=b, i=i, o=o)
+        return x.clone()
+
+    return conv
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_arguments_are_converted_as_the_dispatcher_does(tier):
+    """torch 1.8-2.3 before: the kernel got "cpu" as a str, 1 as an int, a tuple as a tuple."""
+    seen: Dict[str, Any] = {}
+    op = recording_op(tier, seen)
+    op(torch.ones(1), "cpu", 1, (1, 2), True, 3, o=2)
+    assert seen == {"d": torch.device("cpu"), "s": 1.0, "ints": [1, 2], "b": True, "i": 3, "o": 2.0}
+    assert type(seen["s"]) is float and type(seen["ints"]) is list and type(seen["o"]) is float
+    op(torch.ones(1), torch.device("cpu"), torch.tensor(2.5), [4], 1, True)
+    assert seen["s"] == 2.5 and type(seen["s"]) is float and seen["b"] is True
+    assert seen["i"] == 1 and type(seen["i"]) is int
+
+
+@pytest.mark.parametrize(
+    "position, value, expected",
+    [
+        (
+            2,
+            "str",
+            "Expected a value of type 'float' for argument 's' but instead found type 'str'",
+        ),
+        (5, 3.0, "Expected a value of type 'int' for argument 'i' but instead found type 'float'"),
+        (3, [1.5], "Expected a value of type 'List[int]' for argument 'ints'"),
+        (3, 4, "Expected a value of type 'List[int]' for argument 'ints'"),
+    ],
+)
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_wrong_argument_type_raises_torchs_error(tier, position, value, expected):
+    """torch 1.8-2.3 before: the kernel ran with the wrong value."""
+    seen: Dict[str, Any] = {}
+    op = recording_op(tier, seen)
+    args: List[Any] = [torch.ones(1), "cpu", 1.0, [1], True, 3]
+    args[position] = value
+    with pytest.raises(RuntimeError, match=expected.replace("[", r"\[").replace("]", r"\]")):
+        op(*args)
+    assert seen == {}

@@ -1,0 +1,422 @@
+"""Calls and rules of the op object on every tier (``_custom_ops``, ``_fast_call``,
+``_autograd``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+import pytest
+import torch
+
+import compatfn
+import compatfn.testing
+from compatfn import library
+from library_support import TIERS, TORCH_MINOR, make
+
+
+def test_tier_follows_feature_detection():
+    """Measured: torch's own custom_op from 2.4; a real registration from 1.13 (1.12 has
+    ``torch.library.Library`` but no below-autograd guard); compatfn.function below."""
+    if TORCH_MINOR >= (2, 4):
+        expected = "torch"
+    elif TORCH_MINOR >= (1, 13):
+        expected = "registered"
+    else:
+        expected = "function"
+    assert expected == library.TIER
+    assert compatfn.custom_op is library.custom_op
+
+
+def test_importing_compatfn_imports_neither_torch_nor_library():
+    code = "import sys, compatfn; print('torch' in sys.modules, 'compatfn.library' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_defaults_and_keywords_reach_setup_context(tier):
+    seen = {}
+
+    @make(tier, "scale")
+    def scale(x: torch.Tensor, s: float = 2.0, *, shift: float = 0.0) -> torch.Tensor:
+        return x * s + shift
+
+    def setup_context(ctx, inputs, keyword_only_inputs, output):
+        seen["inputs"] = inputs[1:]
+        seen["kw"] = dict(keyword_only_inputs)
+        ctx.s = inputs[1]
+
+    scale.register_autograd(lambda ctx, g: (g * ctx.s, None), setup_context=setup_context)
+    x = torch.ones(2, requires_grad=True)
+    out = scale(x, shift=1.0)
+    assert torch.equal(out.detach(), torch.full((2,), 3.0))
+    assert tuple(seen["inputs"]) == (2.0,) and seen["kw"] == {"shift": 1.0}
+    (g,) = torch.autograd.grad(out.sum(), x)
+    assert torch.equal(g, torch.full((2,), 2.0))
+
+
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "torch"])
+def test_setup_context_runs_only_in_grad_mode(tier):
+    """As torch 2.7+ (torch 2.4's own CustomOpDef still calls it): under ``torch.no_grad()`` the
+    kernel runs without autograd, so setup_context is not called for an input needing grad."""
+    calls: List[int] = []
+
+    @make(tier, "counted")
+    def counted(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    counted.register_autograd(
+        lambda ctx, g: g * 2, setup_context=lambda ctx, inputs, output: calls.append(1)
+    )
+    x = torch.ones(2, requires_grad=True)
+    with torch.no_grad():
+        out = counted(x)
+    assert calls == [] and out.grad_fn is None and torch.equal(out, torch.full((2,), 2.0))
+    assert counted(x).grad_fn is not None and calls == [1]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_backward_without_register_autograd_raises_torchs_message(tier):
+    @make(tier, "noback")
+    def noback(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    out = noback(torch.ones(2, requires_grad=True))
+    with pytest.raises(RuntimeError, match="no autograd formula was registered"):
+        out.sum().backward()
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_tuple_outputs_with_gradients(tier):
+    @make(tier, "two")
+    def two(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return x * 2, x * 3
+
+    two.register_autograd(
+        lambda ctx, g2, g3: 2 * g2 + 3 * g3, setup_context=lambda ctx, inputs, output: None
+    )
+    x = torch.randn(3, requires_grad=True)
+    a, b = two(x)
+    (a + b).sum().backward()
+    assert torch.equal(a.detach(), x.detach() * 2) and torch.equal(b.detach(), x.detach() * 3)
+    assert torch.equal(x.grad, torch.full((3,), 5.0))
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_calls_bind_like_the_function(tier):
+    """Keywords, defaults and wrong calls behave as calling the decorated function would."""
+
+    @make(tier, "affine")
+    def affine(x: torch.Tensor, w: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
+        return x * w * scale
+
+    affine.register_autograd(
+        lambda ctx, g: (g * ctx.w * ctx.scale, None, None),
+        setup_context=lambda ctx, inputs, output: ctx.__dict__.update(w=inputs[1], scale=inputs[2]),
+    )
+    x, w = torch.full((2,), 3.0, requires_grad=True), torch.full((2,), 5.0)
+    for call in (
+        lambda: affine(x, w),
+        lambda: affine(x, w, 2.0),
+        lambda: affine(x, w=w),
+        lambda: affine(w=w, x=x, scale=2.0),
+    ):
+        out = call()
+        (g,) = torch.autograd.grad(out.sum(), x)
+        assert torch.equal(out.detach(), torch.full((2,), 30.0)) and torch.equal(g, w * 2.0)
+    # torch's own op raises the dispatcher's RuntimeError; compatfn's tiers Python's TypeError.
+    torch_tier = tier == "torch"
+    wrong_call = RuntimeError if torch_tier else TypeError
+    with pytest.raises(wrong_call, match=r"missing value for argument 'w'|missing 1 required"):
+        affine(x)
+    with pytest.raises(wrong_call, match=r"expected at most 3 argument|takes from 3 to 4 posit"):
+        affine(x, w, 1.0, 2.0)
+    with pytest.raises(wrong_call, match="keyword argument 'bogus'"):
+        affine(x, w, bogus=1.0)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_fx_proxies_and_wrong_argument_types(tier):
+    """torch.fx traces a function calling the op; a non-tensor for a Tensor parameter raises
+    torch's message (not an AttributeError from compatfn's short path)."""
+    import torch.fx
+
+    @make(tier, "triple")
+    def triple(x: torch.Tensor, s: float = 3.0) -> torch.Tensor:
+        return x * s
+
+    def f(x):
+        return triple(x) + 1
+
+    traced = torch.fx.symbolic_trace(f)
+    assert torch.equal(traced(torch.ones(2)), torch.full((2,), 4.0))
+    with pytest.raises(RuntimeError, match="Expected a value of type 'Tensor' for argument 'x'"):
+        triple(np.ones(2))
+
+
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "torch"])
+def test_parameters_named_like_compatfns_own(tier):
+    """The op's call is generated with the op's parameter names; none may clash with its own."""
+
+    @make(tier, "out")
+    def out(self: torch.Tensor, out: torch.Tensor, apply: float = 1.0) -> torch.Tensor:
+        return self * out * apply
+
+    out.register_autograd(
+        lambda ctx, g: (g * ctx.o, None, None),
+        setup_context=lambda ctx, inputs, output: setattr(ctx, "o", inputs[1]),
+    )
+    a = torch.ones(2, requires_grad=True)
+    result = out(a, torch.full((2,), 3.0), apply=2.0)
+    assert torch.equal(result.detach(), torch.full((2,), 6.0))
+    assert torch.equal(torch.autograd.grad(result.sum(), a)[0], torch.full((2,), 3.0))
+
+
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "torch"])
+def test_registering_after_calls_changes_the_next_call(tier):
+    @make(tier, "later")
+    def later(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    x = torch.zeros(1, requires_grad=True)
+    later(x.detach())
+    with pytest.raises(RuntimeError, match="no autograd formula was registered"):
+        later(x).sum().backward()
+    later.register_autograd(lambda ctx, g: g * 7, setup_context=lambda ctx, inputs, output: None)
+    assert torch.equal(torch.autograd.grad(later(x).sum(), x)[0], torch.full((1,), 7.0))
+    later.register_kernel("cpu", lambda x: x + 2)
+    assert torch.equal(later(x.detach()), torch.full((1,), 2.0))
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_register_kernel_without_device_types_replaces_the_default(tier):
+    """``register_kernel(None, fn)`` is the kernel for every device without its own, as in
+    torch; backward works without a setup_context."""
+
+    @make(tier, "default")
+    def default(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    default.register_autograd(lambda ctx, g: g * 3)
+    default.register_kernel(None, lambda x: x + 2)
+    x = torch.zeros(2, requires_grad=True)
+    assert torch.equal(default(x.detach()), torch.full((2,), 2.0))
+    out = default(x)
+    assert torch.equal(out.detach(), torch.full((2,), 2.0))
+    assert torch.equal(torch.autograd.grad(out.sum(), x)[0], torch.full((2,), 3.0))
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_meta_tensors_need_a_fake_kernel(tier):
+    """As on torch >= 2.4: the kernel never runs for meta tensors; without a fake kernel the call
+    raises torch's error, once one is registered it runs (also after earlier calls)."""
+    if not library.HAS_META_DEVICE:
+        pytest.skip(f"torch {torch.__version__} has no meta device")
+    ran: List[str] = []
+
+    @make(tier, "plus")
+    def plus(x: torch.Tensor) -> torch.Tensor:
+        ran.append("kernel")
+        return x + 1
+
+    plus.register_autograd(lambda ctx, g: g)
+    meta = torch.empty(3, device="meta")
+    assert torch.equal(plus(torch.zeros(1)), torch.ones(1)) and ran == ["kernel"]
+    for requires_grad in (False, True):
+        with pytest.raises(RuntimeError, match="There was no fake impl registered for"):
+            plus(meta.clone().requires_grad_(requires_grad))
+
+    @plus.register_fake
+    def _(x):
+        ran.append("fake")
+        return torch.empty_like(x)
+
+    del ran[:]
+    for requires_grad in (False, True):
+        out = plus(meta.clone().requires_grad_(requires_grad))
+        assert out.device.type == "meta" and out.shape == (3,)
+    assert ran == ["fake", "fake"]
+    assert torch.equal(plus(torch.zeros(1)), torch.ones(1)) and ran[-1] == "kernel"
+
+
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "torch"])
+def test_a_kernel_for_meta_tensors(tier):
+    """``register_kernel("meta", fn)`` serves meta tensors where no fake kernel is registered (as
+    on torch 2.15; torch 2.7's own CustomOpDef refuses it, so torch's tier is not asked)."""
+    if not library.HAS_META_DEVICE:
+        pytest.skip(f"torch {torch.__version__} has no meta device")
+
+    @make(tier, "meta_kernel")
+    def meta_kernel(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    meta_kernel.register_kernel("meta", lambda x: x.new_empty((*x.shape, 2)))
+    assert meta_kernel(torch.empty(3, device="meta")).shape == (3, 2)
+    assert torch.equal(meta_kernel(torch.zeros(1)), torch.ones(1))
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_tensor_lists_get_gradients(tier):
+    """Also with trailing defaults left out: torch 2.4-2.13's own custom_op failed there in
+    backward (CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS, routed around by compatfn)."""
+
+    @make(tier, "total")
+    def total(
+        xs: Sequence[torch.Tensor], w: Optional[torch.Tensor] = None, scale: float = 1.0
+    ) -> torch.Tensor:
+        out = sum(x * scale for x in xs)
+        return out if w is None else out * w
+
+    def setup_context(ctx, inputs, output):
+        xs, w, ctx.scale = inputs
+        ctx.n = len(xs)
+        ctx.save_for_backward(w)
+
+    def backward(ctx, g):
+        (w,) = ctx.saved_tensors
+        g = g * ctx.scale if w is None else g * w * ctx.scale
+        return [g for _ in range(ctx.n)], None, None
+
+    total.register_autograd(backward, setup_context=setup_context)
+    total.register_fake(lambda xs, w=None, scale=1.0: torch.empty_like(xs[0]))
+    a, b = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    w = torch.full((3,), 5.0)
+    for args, kwargs, expected in (
+        (([a, b],), {}, 1.0),
+        (([a, b], None), {}, 1.0),
+        (([a, b], w), {}, 5.0),
+        (([a, b],), {"scale": 2.0}, 2.0),
+        (([a, b], None, 1.0), {}, 1.0),
+    ):
+        ga, gb = torch.autograd.grad(total(*args, **kwargs).sum(), (a, b))
+        assert torch.equal(ga, torch.full((3,), expected)) and torch.equal(gb, ga)
+        compatfn.testing.opcheck(total, args, kwargs)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_gradient_for_an_elided_default_is_not_dropped(tier):
+    """Only None gradients of arguments autograd never saw are trimmed."""
+
+    @make(tier, "shifted")
+    def shifted(xs: Sequence[torch.Tensor], shift: float = 0.0) -> torch.Tensor:
+        return sum(x + shift for x in xs)
+
+    shifted.register_autograd(
+        lambda ctx, g: ([g, g], torch.ones(())), setup_context=lambda ctx, inputs, output: None
+    )
+    a, b = torch.randn(2, requires_grad=True), torch.randn(2, requires_grad=True)
+    # torch's own messages: its custom op's (2.4+), its autograd Function's (compatfn's tiers)
+    message = (
+        "returned a non-None gradient for an input that was not passed"
+        "|returned a gradient different than None at position"
+        "|Expected the return from backward to be of the same structure as the inputs"
+    )
+    with pytest.raises(RuntimeError, match=message):
+        torch.autograd.grad(shifted([a, b]).sum(), (a, b))
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_fake_kernel_runs_for_meta_tensors(tier):
+    if not library.HAS_META_DEVICE:
+        pytest.skip(f"torch {torch.__version__} has no meta device")
+
+    @make(tier, "npcos")
+    def npcos(x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(np.cos(x.numpy()))
+
+    npcos.register_fake(lambda x: x.new_empty(x.shape))
+    out = npcos(torch.empty(2, 3, device="meta"))
+    assert out.device.type == "meta" and out.shape == (2, 3)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_kernel_per_device_type(tier):
+    @make(tier, "which", device_types="cpu")
+    def which(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    assert torch.equal(which(torch.zeros(1)), torch.ones(1))
+    if library.HAS_META_DEVICE:
+        with pytest.raises(RuntimeError, match="There was no fake impl registered for"):
+            which(torch.zeros(1, device="meta"))  # no fake kernel, no meta kernel
+
+
+# --------------------------------------------------------------------------- exactness
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_register_autograd_on_a_mutating_op_is_refused(tier):
+    """torch 1.8-2.3 before: accepted silently."""
+
+    @make(tier, "bump_", mutates_args={"x"})
+    def bump_(x: torch.Tensor) -> None:
+        x.add_(1)
+
+    with pytest.raises(RuntimeError, match="Cannot register autograd formula for non-functional"):
+        bump_.register_autograd(lambda ctx, g: g)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_dtype_parameter_with_a_default(tier):
+    """torch 1.13-2.3 before (and torch 2.4's own custom_op): "invalid numeric default value" at
+    definition."""
+
+    @make(tier, "cast")
+    def cast(x: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        return x.to(dtype)
+
+    assert cast(torch.ones(1)).dtype == torch.float64
+    assert cast(torch.ones(1), torch.float16).dtype == torch.float16
+    if tier != "function":
+        namespace, name = cast._qualname.split("::")
+        assert getattr(getattr(torch.ops, namespace), name)(torch.ones(1)).dtype == torch.float64
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_register_vmap(tier):
+    """torch >= 2.5 vmaps with the registered rule; compatfn's tiers say that torch cannot."""
+
+    @make(tier, "vmapped")
+    def vmapped(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    if tier != "torch":
+        with pytest.raises(NotImplementedError, match=r"register_vmap needs torch >= 2\.5"):
+            vmapped.register_vmap(lambda info, dims, x: (x * 2, dims[0]))
+        return
+    if not hasattr(vmapped, "register_vmap"):
+        pytest.skip(f"torch {torch.__version__}'s CustomOpDef has no register_vmap (2.5+)")
+    calls: List[int] = []
+
+    def rule(info, in_dims, x):
+        calls.append(1)
+        return x * 2, in_dims[0]
+
+    vmapped.register_vmap(rule)
+    out = torch.func.vmap(vmapped)(torch.ones(3, 2))
+    assert torch.equal(out, torch.full((3, 2), 2.0)) and calls == [1]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_register_autocast(tier):
+    """Under CPU autocast the op's floating inputs are cast to the registered dtype."""
+    if not hasattr(torch, "is_autocast_cpu_enabled"):
+        pytest.skip(f"torch {torch.__version__} has no CPU autocast (control: torch itself)")
+    seen: List[torch.dtype] = []
+
+    @make(tier, "autocast_me")
+    def autocast_me(x: torch.Tensor) -> torch.Tensor:
+        seen.append(x.dtype)
+        return x * 2
+
+    if not hasattr(autocast_me, "register_autocast"):
+        pytest.skip(f"torch {torch.__version__}'s CustomOpDef has no register_autocast (2.5+)")
+    autocast_me.register_autocast("cpu", torch.float64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = autocast_me(torch.ones(2))
+    assert seen == [torch.float64] and out.dtype == torch.float64
+    out = autocast_me(torch.ones(2))
+    assert seen[-1] == torch.float32 and out.dtype == torch.float32

@@ -1,0 +1,142 @@
+"""``opcheck`` on every torch: passing ops pass, broken ops fail."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import compatfn
+import compatfn.testing
+from compatfn import library
+from library_support import (
+    TIERS,
+    compiles,
+    make,
+    ok_or_skipped,
+    run_docs_blocks,
+)
+
+
+@pytest.fixture(scope="module")
+def docs() -> dict:
+    return run_docs_blocks()
+
+
+def test_docs_mul_op_opcheck_and_gradcheck(docs):
+    op = docs["mul_scaled"]
+    x = torch.randn(5, dtype=torch.double, requires_grad=True)
+    y = torch.randn(5, dtype=torch.double, requires_grad=True)
+    result = compatfn.testing.opcheck(op, (x, y), {"scale": 2.0})
+    assert set(result) == set(library.DEFAULT_TEST_UTILS)
+    assert ok_or_skipped(result), result
+    if compiles() is None:
+        assert result["test_aot_dispatch_dynamic"] == "SUCCESS"
+    assert torch.autograd.gradcheck(lambda a, b: op(a, b, scale=2.0), (x, y))
+    assert torch.autograd.gradgradcheck(lambda a, b: op(a, b, 3.0), (x, y))
+    assert torch.equal(op(x, y).detach(), (x * y).detach())
+
+
+def test_docs_inplace_op_opcheck(docs):
+    op = docs["clip_"]
+    t = torch.linspace(-2, 2, 9)
+    version = t._version
+    assert op(t, -0.5, 0.5) is None
+    assert torch.equal(t, torch.linspace(-2, 2, 9).clamp(-0.5, 0.5))
+    assert t._version > version  # autograd sees the mutation
+    result = compatfn.testing.opcheck(op, (torch.randn(8), -0.5, 0.5))
+    assert ok_or_skipped(result), result
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_undeclared_mutation_fails_opcheck(tier):
+    @make(tier, "sneaky")
+    def sneaky(x: torch.Tensor) -> torch.Tensor:
+        x.add_(1)
+        return x.clone()
+
+    sneaky.register_fake(lambda x: torch.empty_like(x))
+    result = compatfn.testing.opcheck(sneaky, (torch.zeros(3),), raise_exception=False)
+    assert "not defined as mutable but was mutated" in str(result["test_schema"])
+
+
+@pytest.mark.parametrize("name", ["clipped_relu_op", "mask_relu_op"])
+def test_relu_ops(name):
+    from compatfn import relu_ops
+
+    op = getattr(relu_ops, name)
+    x = torch.tensor([-1.5, -0.3, 0.2, 0.7, 1.4, 2.5], dtype=torch.double, requires_grad=True)
+    result = compatfn.testing.opcheck(op, (x,))
+    assert ok_or_skipped(result), result
+    report = compatfn.testing.check_function(op, x, checks=["forward", "gradcheck", "compile"])
+    assert "gradcheck" in report.ran
+    expected = x.clamp(0, 1.0) if name == "clipped_relu_op" else x.relu()
+    assert torch.equal(op(x).detach(), expected.detach())
+    if library.TIER != "function":
+        assert hasattr(torch.ops.compatfn, name[: -len("_op")])
+
+
+def opcheck_errors() -> tuple:
+    """What a failed opcheck raises: torch's OpCheckError (torch >= 2.4, for registered ops),
+    compatfn's (its own opcheck)."""
+    if library.HAS_TORCH_OPCHECK:
+        from torch.testing._internal.optests.generate_tests import OpCheckError
+
+        return (OpCheckError, library.OpCheckError)
+    return (library.OpCheckError,)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_wrong_fake_kernel_fails_opcheck(tier):
+    if not library.HAS_META_DEVICE:
+        pytest.skip(f"torch {torch.__version__} has no meta device: no fake kernel runs")
+
+    @make(tier, "bad_fake")
+    def bad_fake(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    bad_fake.register_fake(lambda x: x.new_empty((x.shape[0] + 1,)))
+    result = compatfn.testing.opcheck(
+        bad_fake, (torch.randn(3),), test_utils="test_faketensor", raise_exception=False
+    )
+    assert isinstance(result["test_faketensor"], Exception), result
+    with pytest.raises(opcheck_errors(), match="test_faketensor failed"):
+        compatfn.testing.opcheck(bad_fake, (torch.randn(3),), test_utils="test_faketensor")
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_compiled_results_different_from_eager_fail_opcheck(tier):
+    """A kernel that returns something else on every call: compiled and eager differ."""
+    if tier == "function" or compiles() is not None:
+        pytest.skip("no torch.compile of the op here (function tier or this torch)")
+    calls = itertools.count()
+
+    @make(tier, "drifting")
+    def drifting(x: torch.Tensor) -> torch.Tensor:
+        return x + next(calls)
+
+    drifting.register_fake(lambda x: torch.empty_like(x))
+    result = compatfn.testing.opcheck(
+        drifting, (torch.randn(3),), test_utils="test_aot_dispatch_dynamic", raise_exception=False
+    )
+    assert isinstance(result["test_aot_dispatch_dynamic"], Exception), result
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_given_schema(tier):
+    """``schema=`` replaces inference (an unannotated function), and opcheck passes."""
+
+    def scale(x, s=2.0):
+        return x * s
+
+    op = make(tier, "given", schema="(Tensor x, float s=2.0) -> Tensor")(scale)
+    op.register_fake(lambda x, s=2.0: torch.empty_like(x))
+    op.register_autograd(
+        lambda ctx, g: (g * ctx.s, None),
+        setup_context=lambda ctx, inputs, output: setattr(ctx, "s", inputs[1]),
+    )
+    x = torch.randn(3, requires_grad=True)
+    assert torch.equal(op(x, s=3).detach(), x.detach() * 3)
+    result = compatfn.testing.opcheck(op, (x,), {"s": 3.0})
+    assert ok_or_skipped(result), result

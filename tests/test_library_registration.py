@@ -1,0 +1,293 @@
+"""Operators in torch's dispatcher: ``torch.ops``, torch.compile and torch.export see one op."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from compatfn import core, library
+from compatfn.library import _facts, _registration
+from library_support import (
+    TIERS,
+    compiles,
+    count_op_nodes,
+    fresh,
+    make,
+    reset_dynamo,
+    run_docs_blocks,
+)
+
+
+@pytest.fixture(scope="module")
+def docs() -> dict:
+    return run_docs_blocks()
+
+
+def test_torch_tier_returns_torchs_own_object(docs):
+    if library.TIER != "torch":
+        pytest.skip(f"torch {torch.__version__} has no torch.library.custom_op (torch >= 2.4)")
+    assert type(docs["mul_scaled"]) is torch.library.CustomOpDef
+
+
+def test_docs_ops_are_in_torch_ops_where_registered(docs):
+    if library.TIER == "function":
+        pytest.skip(f"torch {torch.__version__} has no torch.library: ops are not registered")
+    namespace = docs["mul_scaled"]._qualname.split("::")[0]
+    packet = getattr(torch.ops, namespace).mul_scaled
+    x = torch.randn(3, requires_grad=True)
+    y = torch.randn(3)
+    out = packet(x, y, scale=2.0)
+    assert out.grad_fn is not None
+    assert torch.allclose(out, x * y * 2.0)
+    clip_namespace = docs["clip_"]._qualname.split("::")[0]
+    assert hasattr(getattr(torch.ops, clip_namespace), "clip_")
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_docs_mul_op_compiles_fullgraph(docs, backend):
+    why = compiles()
+    if why:
+        pytest.skip(why)
+    op = docs["mul_scaled"]
+
+    def f(a, b):
+        return op(a * 1.5, b, scale=2.0).sin()
+
+    x = torch.randn(4, requires_grad=True)
+    y = torch.randn(4)
+    reset_dynamo()
+    try:
+        got = torch.compile(f, fullgraph=True, backend=backend)(x, y)
+        (gx,) = torch.autograd.grad(got.sum(), x)
+    finally:
+        reset_dynamo()
+    x2 = x.detach().clone().requires_grad_()
+    want = f(x2, y)
+    want.sum().backward()
+    assert torch.allclose(got, want) and torch.allclose(gx, x2.grad)
+
+
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "function"])
+def test_compiled_graph_has_one_node_of_the_op(tier):
+    """dynamo keeps a registered op as one opaque node (not traced into its kernel)."""
+    why = compiles()
+    if why:
+        pytest.skip(why)
+
+    @make(tier, "opaque")
+    def opaque(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return x.sin().cos() * scale
+
+    opaque.register_fake(lambda x, scale=1.0: torch.empty_like(x))
+
+    def f(a):
+        return opaque(a + 1, scale=2.0) * 3
+
+    assert count_op_nodes(f, (torch.randn(3),), opaque) == 1
+
+
+def test_docs_inplace_op_compiles_fullgraph(docs):
+    why = compiles()
+    if why:
+        pytest.skip(why)
+    if not _facts.has_auto_functionalize():
+        pytest.skip(f"torch {torch.__version__} cannot compile mutating custom ops (torch >= 2.2)")
+    op = docs["clip_"]
+
+    def f(a):
+        b = a * 2
+        op(b, -1.0, 1.0)
+        return b + 1
+
+    x = torch.randn(6)
+    reset_dynamo()
+    try:
+        got = torch.compile(f, fullgraph=True, backend="aot_eager")(x)
+    finally:
+        reset_dynamo()
+    assert torch.equal(got, f(x))
+
+
+EXPORT_MODES = core.features()["export"]
+
+
+@pytest.mark.parametrize("mode", ["strict", "non-strict"])
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "function"])
+def test_export_sees_one_op(tier, mode):
+    """torch.export keeps a registered op as one node of the graph (strict and non-strict, as
+    far as this torch exports), with a parameter that requires grad feeding it."""
+    if mode not in EXPORT_MODES:
+        pytest.skip(f"torch {torch.__version__} has no {mode} torch.export")
+
+    @make(tier, "npsin")
+    def npsin(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return torch.from_numpy(np.sin(x.detach().numpy()) * scale)
+
+    npsin.register_fake(lambda x, scale=1.0: torch.empty_like(x))
+
+    class Module(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.full((3,), 0.5))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return npsin(x * self.weight, scale=2.0) + 1
+
+    x, module = torch.randn(3), Module()
+    strict = {} if EXPORT_MODES == ("strict",) else {"strict": mode == "strict"}
+    program = torch.export.export(module, (x,), **strict)
+    namespace, name = npsin._qualname.split("::")
+    targets = [n.target for n in program.graph.nodes if n.op == "call_function"]
+    assert getattr(getattr(torch.ops, namespace), name).default in targets
+    assert torch.allclose(program.module()(x), module(x))
+
+
+# --------------------------------------------------------------------------- names
+
+
+@pytest.mark.parametrize(
+    "name, error, message",
+    [
+        ("my-ns::op", RuntimeError, "expected eof but found '-'|namespace 'my-ns' is not valid"),
+        ("ns.sub::op", RuntimeError, "expected eof but found ':'|namespace 'ns.sub' is not valid"),
+        ("{ns}::op name", RuntimeError, "found 'ident'|name 'op name' is not valid"),
+        ("{ns}::1op", RuntimeError, "found 'number'|name '1op' is not valid"),
+        ("{ns}::class", RuntimeError, "found 'class'|name 'class' is not valid"),
+        ("prim::{ns}", ValueError, "prim.*is a reserved namespace"),
+        ("{ns}", ValueError, "not enough values to unpack|Expected `qualname` to be of the form"),
+    ],
+)
+@pytest.mark.parametrize("tier", TIERS)
+def test_invalid_names_are_refused_at_definition(tier, name, error, message):
+    """As torch 2.15's own custom_op (the ``torch`` tier); torch 1.8 before accepted them all,
+    1.13-2.3 the first two. Nothing is left defined."""
+    qualname = name.format(ns=fresh(tier))
+    with pytest.raises(error, match=message):
+        make(tier, "", qualname=qualname)(_plus_one)
+    assert qualname not in library.OPS
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_an_overload_name(tier):
+    """torch 1.13-2.3 before: a crash at definition."""
+    namespace = fresh(tier)
+
+    @make(tier, "", qualname=f"{namespace}::op.over")
+    def op(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    assert torch.equal(op(torch.zeros(1)), torch.ones(1))
+    if tier != "function":
+        packet = getattr(torch.ops, namespace).op
+        assert torch.equal(packet.over(torch.zeros(1)), torch.ones(1))
+
+
+# --------------------------------------------------------------------------- redefinition
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_defining_a_name_again_replaces_the_op(tier):
+    """Re-running a notebook cell: the newest definition wins, older op objects and torch.ops
+    follow (torch >= 2.4). torch 1.13-2.3 before: an error; 1.8: the old object kept its kernel."""
+    qualname = f"{fresh(tier)}::again"
+    ops = [make(tier, "", qualname=qualname)(_adding(add)) for add in (1.0, 2.0, 3.0)]
+    for op in ops:
+        assert torch.equal(op(torch.zeros(1)), torch.full((1,), 3.0))
+    if tier != "function":
+        namespace, name = qualname.split("::")
+        assert torch.equal(
+            getattr(getattr(torch.ops, namespace), name)(torch.zeros(1)), torch.full((1,), 3.0)
+        )
+
+
+@pytest.mark.parametrize("tier", [t for t in TIERS if t == "registered"])
+def test_defining_a_name_again_with_another_schema(tier):
+    """torch < 2.4 cannot remove an operator: an error at definition that says so."""
+    qualname = f"{fresh(tier)}::changed"
+    make(tier, "", qualname=qualname)(_plus_one)
+
+    def plus(x: torch.Tensor, y: float) -> torch.Tensor:
+        return x + y
+
+    with pytest.raises(RuntimeError, match="cannot remove an operator"):
+        make(tier, "", qualname=qualname)(plus)
+    assert torch.equal(library.OPS[qualname](torch.zeros(1)), torch.ones(1))
+
+
+def _plus_one(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+def _adding(add: float) -> Any:
+    def again(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return x * scale + add
+
+    return again
+
+
+# --------------------------------------------------------------------------- tags
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_tags(tier):
+    """``tags=`` reaches the operator where torch can attach tags (torch >= 2.1), else an error at
+    definition that says so."""
+    if not hasattr(torch, "Tag"):
+        with pytest.raises(RuntimeError, match="cannot attach tags"):
+            make(tier, "tagged", tags=("pointwise",))(_plus_one)
+        return
+    tag = getattr(torch.Tag, "pointwise", None) or next(iter(torch.Tag.__members__.values()))
+    cannot = tier == "function" or not _registration._define_takes_tags()
+    if cannot or (tier == "torch" and not _facts.TORCH_CUSTOM_OP_TAKES_TAGS):
+        with pytest.raises(RuntimeError, match="cannot attach tags"):
+            make(tier, "tagged", tags=(tag,))(_plus_one)
+        return
+    op = make(tier, "tagged", tags=(tag,))(_plus_one)
+    assert tag in op._opoverload.tags
+    assert torch.equal(op(torch.zeros(1)), torch.ones(1))
+
+
+# --------------------------------------------------------------------------- ops by name
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_registration_by_name(tier):
+    """``register_kernel``/``register_fake``/``register_autograd`` by ``"ns::op"`` for an op
+    compatfn defined, on every tier."""
+    qualname = f"{fresh(tier)}::named"
+
+    @make(tier, "", qualname=qualname)
+    def named(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    library.register_kernel(qualname, "cpu", lambda x: x * 3)
+    library.register_fake(qualname, lambda x: torch.empty_like(x))
+    library.register_autograd(qualname, lambda ctx, g: g * 5)
+    x = torch.ones(2, requires_grad=True)
+    out = named(x)
+    assert torch.equal(out.detach(), torch.full((2,), 3.0))
+    assert torch.equal(torch.autograd.grad(out.sum(), x)[0], torch.full((2,), 5.0))
+    if library.HAS_META_DEVICE:
+        assert named(torch.empty(4, device="meta")).shape == (4,)
+    # An op nobody defined: torch's error where torch has the function, compatfn's before.
+    error, message = (
+        (RuntimeError, "does not exist")
+        if library.HAS_TORCH_CUSTOM_OP
+        else (ValueError, "no operator of that name")
+    )
+    with pytest.raises(error, match=message):
+        library.register_fake(f"{fresh(tier)}::unknown", lambda x: x)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_failed_definition_leaves_nothing_behind(tier):
+    """A definition that fails (here: ``mutates_args`` names no parameter) registers nothing:
+    the same name can then be defined correctly."""
+    qualname = f"{fresh(tier)}::retry"
+    with pytest.raises(ValueError, match="in mutates_args were not found"):
+        make(tier, "", mutates_args={"nope"}, qualname=qualname)(_plus_one)
+    op = make(tier, "", qualname=qualname)(_plus_one)
+    assert torch.equal(op(torch.zeros(1)), torch.ones(1))
