@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/overhead.py            # µs per call, 1-element CPU tensor
     python benchmarks/overhead.py --quick --json overhead.json
+    python benchmarks/overhead.py --quick --device cuda   # the same on a 1-element CUDA tensor
 
 Phases: ``fwd`` (forward on an input that requires grad, as in training: the call records the
 graph; the targets refer to it), ``fwd, no grad`` (the cheapest call, where the fixed per-call cost
@@ -224,7 +225,7 @@ def _targets(kind: str, label: str, phase: str) -> Optional[float]:
     return None
 
 
-def measure(rounds: int, min_run_time: float) -> List[Dict[str, Any]]:
+def measure(rounds: int, min_run_time: float, device: str = "cpu") -> List[Dict[str, Any]]:
     env: Dict[str, Any] = {
         "HandLegacy": HandLegacy,
         "hand_sliced": hand_sliced,
@@ -236,9 +237,9 @@ def measure(rounds: int, min_run_time: float) -> List[Dict[str, Any]]:
         env["Native"] = compatfn.function(make_new())
     env["Legacy"] = compatfn.function(make_new(), legacy=True)
     env["Op"] = make_op()
-    x0 = torch.ones(1)
-    xg = torch.ones(1, requires_grad=True)
-    g = torch.ones(1)
+    x0 = torch.ones(1, device=device)
+    xg = torch.ones(1, device=device, requires_grad=True)
+    g = torch.ones(1, device=device)
     rows = _rows()
     best: Dict[Tuple[str, str], float] = {}
     for _ in range(rounds):
@@ -287,14 +288,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--rounds", type=int, default=15, help="alternating rounds (best kept)")
     p.add_argument("--min-run-time", type=float, default=0.06, help="seconds per timed block")
     p.add_argument("--json", default=None, help="write the rows as JSON here")
+    p.add_argument("--device", default="cpu", help="where the 1-element tensor lives (cpu, cuda)")
     args = p.parse_args(argv)
     rounds, mrt = (1, 0.05) if args.quick else (args.rounds, args.min_run_time)
     torch.set_num_threads(1)
     print(
         f"per-call overhead: torch {torch.__version__}, compatfn {compatfn.__version__}, Python "
-        f"{platform.python_version()}, 1-element CPU tensor, µs per call (best of {rounds})"
+        f"{platform.python_version()}, 1-element {args.device} tensor, µs per call "
+        f"(best of {rounds})"
     )
-    rows = measure(rounds, mrt)
+    rows = measure(rounds, mrt, args.device)
     print(f"{'path':14} {'call':34} {'phase':12} {'µs':>8} {'ratio':>6}  target")
     for r in rows:
         target = (
@@ -308,7 +311,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"torch": str(torch.__version__), "rows": rows}, f, indent=1)
+            json.dump(
+                {"torch": str(torch.__version__), "device": args.device, "rows": rows}, f, indent=1
+            )
         print(f"wrote {args.json}")
     return 0
 

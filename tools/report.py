@@ -1,7 +1,9 @@
 """Turn the JUnit XML that the nox sessions leave in ``reports/junit/`` into README's support table.
 
 ``nox -s report`` calls :func:`render` and :func:`embed`; the noxfile also uses :func:`read_junit`
-for each session's one-line summary. Standard library only.
+for each session's one-line summary. The CUDA column also reads the checks of an installed torch
+on a GPU machine (``python -m tools.check_installed OUTDIR``) whose OUTDIR lies under
+``reports/installed/``: see :func:`read_installed`. Standard library only.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import json
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from tools import matrix
 
@@ -106,6 +108,55 @@ def write_error(path: Path, message: str) -> None:
     ET.ElementTree(root).write(path, encoding="unicode", xml_declaration=True)
 
 
+@dataclass
+class InstalledCheck:
+    """One ``python -m tools.check_installed OUTDIR`` run, read from OUTDIR."""
+
+    torch: str
+    device: str
+    """The GPU's name (``cpu`` where none was usable)."""
+    cuda: bool
+    runs: Dict[str, Result]
+    """``native`` and ``legacy`` (``COMPATFN_LEGACY=1``) runs that took place."""
+
+    @property
+    def key(self) -> str:
+        """The matrix row it belongs to: ``major.minor`` of its torch."""
+        return ".".join(self.torch.split("+")[0].split(".")[:2])
+
+    def cell(self) -> str:
+        """The CUDA cell: each run's verdict, then the GPU and exact torch it ran on."""
+        parts = [self.runs["native"].cell()] if "native" in self.runs else []
+        if "legacy" in self.runs:
+            parts.append(f"legacy forced: {self.runs['legacy'].cell()}")
+        return "; ".join(parts or ["**no tests ran**"]) + f" on {self.device}, torch {self.torch}"
+
+
+def read_installed(folder: Path) -> InstalledCheck:
+    """Read ``check.json`` and the JUnit XML it names from a check_installed OUTDIR."""
+    check = json.loads((folder / "check.json").read_text())
+    runs: Dict[str, Result] = {}
+    for run in check.get("runs", []):
+        junit = folder / str(run.get("junit") or "")
+        if run.get("junit") and junit.exists():
+            runs[run["name"]] = read_junit(junit)
+        else:
+            runs[run["name"]] = Result(properties={"error": "pytest wrote no JUnit XML"})
+    return InstalledCheck(str(check["torch"]), str(check["device"]), bool(check["cuda"]), runs)
+
+
+def find_installed(folder: Path) -> List[InstalledCheck]:
+    """Every check_installed OUTDIR under ``folder`` (any depth), oldest first by path name."""
+    if not folder.is_dir():
+        return []
+    return [read_installed(path.parent) for path in sorted(folder.rglob("check.json"))]
+
+
+def _gpu_checks(checks: Sequence[InstalledCheck]) -> Dict[str, InstalledCheck]:
+    """The checks that ran with a GPU, by matrix row (the last one found wins)."""
+    return {check.key: check for check in checks if check.cuda}
+
+
 def _load(junit_dir: Path, session: str) -> Optional[Result]:
     path = junit_dir / f"{session}.xml"
     return read_junit(path) if path.exists() else None
@@ -126,13 +177,21 @@ def _flag(value: object) -> str:
     return str(value)
 
 
-def render(junit_dir: Path) -> str:
-    """The markdown support table: one row per torch release of ``matrix.ROWS``."""
+def render(junit_dir: Path, installed_dir: Optional[Path] = None) -> str:
+    """The markdown support table: one row per torch release of ``matrix.ROWS``.
+
+    The CUDA column comes from a GPU check under ``installed_dir`` (default: ``installed/`` next
+    to ``junit_dir``) for that row's torch minor, else from the ``cuda-X-Y`` session's XML.
+    """
+    gpu = _gpu_checks(find_installed(installed_dir or junit_dir.parent / "installed"))
     rows = []
     feature_names: List[str] = []
     for row in matrix.ROWS:
         cpu = _load(junit_dir, matrix.session_name("tests", row))
         cuda = _load(junit_dir, matrix.session_name("cuda", row))
+        checked = gpu.pop(row.key, None)
+        if checked is not None:
+            cuda = checked.runs.get("native")
         legacy = (
             _load(junit_dir, matrix.session_name("tests", row, legacy=True)) if row.native else None
         )
@@ -150,11 +209,12 @@ def render(junit_dir: Path) -> str:
             for r in (cpu, legacy, cuda)
             if r is not None and r.timestamp
         ]
+        cuda_cell = checked.cell() if checked else (cuda.cell() if cuda else "not run")
         rows.append(
             (
                 row,
                 cpu.cell() if cpu else "not run",
-                cuda.cell() if cuda else "not run",
+                cuda_cell,
                 (legacy.cell() if legacy else "not run") if row.native else "n/a (always legacy)",
                 features,
                 max(stamps) if stamps else "",
@@ -169,11 +229,15 @@ def render(junit_dir: Path) -> str:
         flags = [_flag(features[n]) if n in features else "not run" for n in feature_names]
         cells = [row.torch, row.python, cpu_cell, cuda_cell, legacy_cell, *flags]
         lines.append("| " + " | ".join([*cells, stamp or "not run"]) + " |")
+    for key, check in sorted(gpu.items()):  # torch releases the matrix does not name
+        lines.append(f"\nOutside the matrix, torch {key}: CUDA {check.cell()}.")
     legend = (
-        "\nCPU: `nox -s tests-X-Y`; CUDA: `nox -s cuda-X-Y` (needs a GPU); legacy forced: "
-        "`nox -s tests-X-Y-legacy` (`COMPATFN_LEGACY=1`); feature flags: `compatfn.features()` "
-        "as detected in that run (`python -m compatfn` explains each). Counts are pytest's; "
-        "*not run* means no run produced that cell.\n"
+        "\nCPU: `nox -s tests-X-Y`; CUDA: the whole suite on a GPU machine's installed torch "
+        "(`python -m tools.check_installed`, native and legacy forced; the GPU and exact torch "
+        "named) or `nox -s cuda-X-Y`; legacy forced: `nox -s tests-X-Y-legacy` "
+        "(`COMPATFN_LEGACY=1`); feature flags: `compatfn.features()` as detected in that run "
+        "(`python -m compatfn` explains each). Counts are pytest's; *not run* means no run "
+        "produced that cell.\n"
     )
     return "\n".join(lines) + "\n" + legend
 
