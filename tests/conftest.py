@@ -153,13 +153,21 @@ def device(request: pytest.FixtureRequest) -> torch.device:
 
 @pytest.fixture
 def fresh_dynamo() -> Iterator[None]:
-    """Reset torch._dynamo before and after the test, also when it fails (torch >= 2.0)."""
-    dynamo = importlib.import_module("torch._dynamo")
-    dynamo.reset()
+    """Reset torch._dynamo before and after the test, also when it fails (nothing to reset on
+    torch 1.x, which has no dynamo)."""
+    reset = getattr(_dynamo(), "reset", lambda: None)
+    reset()
     try:
         yield
     finally:
-        dynamo.reset()
+        reset()
+
+
+def _dynamo() -> object:
+    try:
+        return importlib.import_module("torch._dynamo")
+    except ImportError:  # torch 1.x
+        return None
 
 
 @pytest.fixture(scope="session", autouse=True)
