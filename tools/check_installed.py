@@ -26,6 +26,8 @@ libcst) is a visible skip. Exit status 0 only when every run passed.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import contextlib
 import json
 import os
 import platform
@@ -35,7 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -145,8 +147,10 @@ def run_pytest(
     legacy: bool,
     pytest_args: Sequence[str],
     deadline: Optional[float] = None,
+    log: Optional[Path] = None,
 ) -> Dict[str, Any]:
-    """One pytest run over the suite; returns its record for ``check.json``."""
+    """One pytest run over the suite, its output to ``log`` if given (else to this terminal);
+    returns its record for ``check.json``."""
     junit = out / f"junit-{name}.xml"
     if junit.exists():
         junit.unlink()
@@ -155,10 +159,14 @@ def run_pytest(
         "--durations=5", *pytest_args,
     ]  # fmt: skip
     label = "COMPATFN_LEGACY=1" if legacy else "native path"
-    print(f"\n=== pytest, {label}: {' '.join(command[1:])}", flush=True)
+    where = f" (output: {log.name})" if log else ""
+    print(f"\n=== pytest, {label}{where}: {' '.join(command[1:])}", flush=True)
     started = time.monotonic()
     env = environment(site, legacy, deadline)
-    status = subprocess.run(command, env=env, cwd=str(ROOT)).returncode
+    with open(log, "w") if log else _terminal() as stream:
+        status = subprocess.run(
+            command, env=env, cwd=str(ROOT), stdout=stream, stderr=subprocess.STDOUT
+        ).returncode
     record: Dict[str, Any] = {
         "name": name,
         "legacy": legacy,
@@ -178,6 +186,43 @@ def run_pytest(
     record["compatfn_json"] = report_json.name
     record["compatfn_exit"] = done.returncode
     return record
+
+
+@contextlib.contextmanager
+def _terminal() -> Iterator[None]:
+    """This process's own output (``None`` for subprocess: inherit it)."""
+    sys.stdout.flush()
+    yield None
+
+
+def run_tests(
+    site: Path,
+    out: Path,
+    runs: Sequence[str],
+    pytest_args: Sequence[str],
+    budget: Optional[float],
+    parallel: bool,
+) -> List[Dict[str, Any]]:
+    """The pytest runs, one after the other (the time box split between them) or side by side
+    (each with the whole box, output in ``pytest-<run>.log``, its summary printed after)."""
+    started = time.time()
+    if not parallel:
+        records = []
+        for i, name in enumerate(runs):
+            deadline = None if budget is None else started + budget * (i + 1) / len(runs)
+            records.append(run_pytest(site, out, name, name == "legacy", pytest_args, deadline))
+        return records
+    deadline = None if budget is None else started + budget
+    with concurrent.futures.ThreadPoolExecutor(len(runs)) as pool:
+        futures = [
+            pool.submit(run_pytest, site, out, name, name == "legacy", pytest_args, deadline, log)
+            for name, log in ((name, out / f"pytest-{name}.log") for name in runs)
+        ]
+        records = [future.result() for future in futures]
+    for name in runs:
+        tail = (out / f"pytest-{name}.log").read_text().splitlines()[-12:]
+        print(f"\n=== pytest-{name}.log, its end:", *tail, sep="\n")
+    return records
 
 
 def run_benchmarks(site: Path, out: Path, found: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -227,8 +272,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="time box for the test runs (split evenly): tests that would start later are "
-        "skipped, visibly (default: none)",
+        help="time box for the test runs (split between them, unless --parallel): tests that "
+        "would start later are skipped, visibly (default: none)",
+    )
+    parser.add_argument(
+        "--parallel",
+        action="store_true",
+        help="run the native and the legacy run side by side (on a machine with cores to spare)",
     )
     parser.add_argument(
         "--bench",
@@ -256,13 +306,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if "legacy" in runs and not has_native:
             print(f"torch {found['torch']} has no native path: one run, legacy already")
             runs = ["native"]
-        records: List[Dict[str, Any]] = []
-        tests_started = time.time()
-        for i, name in enumerate(runs):
-            deadline = None
-            if options.deadline is not None:
-                deadline = tests_started + options.deadline * (i + 1) / len(runs)
-            records.append(run_pytest(site, out, name, name == "legacy", pytest_args, deadline))
+        parallel = options.parallel and len(runs) > 1
+        records = run_tests(site, out, runs, pytest_args, options.deadline, parallel)
         benchmarks = run_benchmarks(site, out, found) if options.bench else []
     check = {
         **found,
