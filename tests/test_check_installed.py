@@ -52,8 +52,8 @@ def _pytest(*args: str, code: str = "", **env: str) -> subprocess.CompletedProce
 def test_staged_compatfn_comes_first_and_the_torch_found_is_this_one(tools, tmp_path):
     check = tools.check_installed
     how = check.stage(tmp_path)
-    assert how in ("pip", "copy")
-    if how == "pip":  # pip installed the wheel's contents, metadata included
+    assert how in ("pip", "uv", "copy")
+    if how != "copy":  # pip or uv installed the wheel's contents, metadata included
         assert list(tmp_path.glob("compatfn-*.dist-info"))
     assert (tmp_path / "compatfn" / "py.typed").exists()
     found = check.probe(tmp_path)
@@ -152,6 +152,20 @@ def test_report_fills_the_cuda_column_from_a_gpu_check(tools, tmp_path):
         "Outside the matrix, torch 9.1: CUDA pass (3 passed); legacy forced: pass (2 passed, "
         "1 skipped) on NVIDIA B200, torch 9.1.0+cu130." in table
     )
+
+
+def test_report_counts_the_tests_a_time_box_cut_off(tools, tmp_path):
+    path = tmp_path / "junit-native.xml"
+    path.write_text(
+        '<testsuites><testsuite tests="3" failures="0" errors="0" skipped="2">'
+        '<testcase name="a"/>'
+        '<testcase name="b"><skipped type="pytest.skip" message="CUDA not available"/></testcase>'
+        '<testcase name="c"><skipped type="pytest.skip" message="the time box of this run '
+        '(COMPATFN_TEST_DEADLINE) was spent before it began"/></testcase>'
+        "</testsuite></testsuites>"
+    )
+    result = tools.report.read_junit(path)
+    assert result.counts() == "1 passed, 2 skipped, 1 of them past the time box"
 
 
 def test_report_reads_a_check_installed_folder(tools, tmp_path):

@@ -4,6 +4,7 @@ each Function saves, and check_function's verdict on each."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import re
@@ -384,13 +385,13 @@ def test_saved_bytes_vs_torch(device: torch.device) -> None:
 def test_saved_tensors_are_freed_after_backward(name: str, device: torch.device) -> None:
     """Nothing a Function saved outlives its backward and its output; on CUDA the allocator is
     back where it started, and held at least the saved bytes until then."""
-    if not HAS_HOOKS:
+    cuda = device.type == "cuda"
+    if not HAS_HOOKS and not cuda:
         pytest.skip(f"torch {torch.__version__} has no saved_tensors_hooks (torch >= 1.10)")
     fn, cls, extra, _ = CASES[name]
     x = _randn(4099, device, seed=1)
     g = _randn(4099, device, seed=2).detach()
-    expected = saved_bytes(cls, x * 1 if name == "InplaceReLU" else x, *extra)
-    cuda = device.type == "cuda"
+    expected = saved_bytes(cls, x * 1 if name == "InplaceReLU" else x, *extra) if HAS_HOOKS else 0
     before = torch.cuda.memory_allocated(device) if cuda else 0
     saved: List[weakref.ref] = []
 
@@ -398,9 +399,10 @@ def test_saved_tensors_are_freed_after_backward(name: str, device: torch.device)
         saved.append(weakref.ref(t))
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    hooks = HAS_HOOKS and torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+    with hooks or contextlib.nullcontext():  # torch < 1.10: the allocator's count only
         y = fn(x)
-    assert saved, f"{name} saved nothing"
+    assert saved or not HAS_HOOKS, f"{name} saved nothing"
     if cuda:
         assert torch.cuda.memory_allocated(device) - before >= expected
     (gx,) = torch.autograd.grad(y, x, g)

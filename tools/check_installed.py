@@ -65,26 +65,47 @@ print(json.dumps({
 """
 
 
-def stage(dest: Path) -> str:
-    """Put compatfn, built from this checkout, into ``dest``; return how (``pip`` or ``copy``).
+def _installers() -> Dict[str, List[str]]:
+    """The commands that can build and install compatfn here, in order of preference: this
+    Python's pip, else uv (a virtual environment made by uv has no pip)."""
+    installers = {
+        "pip": [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    }
+    uv = shutil.which("uv")
+    if uv:
+        installers["uv"] = [
+            uv,
+            "pip",
+            "install",
+            "--quiet",
+            "--offline",
+            "--python",
+            sys.executable,
+        ]
+    return installers
 
-    pip builds from a copy of the sources, so that the build leaves nothing in the checkout.
+
+def stage(dest: Path) -> str:
+    """Put compatfn, built from this checkout, into ``dest``; return how (``pip``, ``uv`` or
+    ``copy``, where neither can build it).
+
+    The build runs on a copy of the sources, so that it leaves nothing in the checkout.
     """
+    failures = []
     with tempfile.TemporaryDirectory(prefix="compatfn-src-") as tmp:
         src = Path(tmp)
         for name in ("pyproject.toml", "README.md"):
             shutil.copy2(ROOT / name, src / name)
         shutil.copytree(ROOT / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__"))
-        command = [
-            sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-            "--no-deps", "--no-index", "--no-build-isolation", "--target", str(dest), str(src),
-        ]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode == 0:
-        return "pip"
-    lines = done.stderr.strip().splitlines() or ["no output"]
-    why = next((line for line in lines if line.lower().startswith("error")), lines[-1]).strip()
-    print(f"pip could not build compatfn here ({why}): copying src/compatfn instead")
+        for how, installer in _installers().items():
+            options = ["--no-deps", "--no-index", "--no-build-isolation", "--target", str(dest)]
+            done = subprocess.run([*installer, *options, str(src)], capture_output=True, text=True)
+            if done.returncode == 0:
+                return how
+            lines = done.stderr.strip().splitlines() or ["no output"]
+            error = next((line for line in lines if line.lower().startswith("error")), lines[-1])
+            failures.append(f"{how}: {error.strip()}")
+    print(f"cannot build compatfn here ({'; '.join(failures)}): copying src/compatfn instead")
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(
         ROOT / "src" / "compatfn", dest / "compatfn", ignore=shutil.ignore_patterns("__pycache__")
@@ -297,7 +318,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         site = Path(tmp)
         how = stage(site)
         found = probe(site)
-        print(f"compatfn from this checkout ({'pip --target' if how == 'pip' else how}) in {site}")
+        print(f"compatfn from this checkout ({how}{' --target' * (how != 'copy')}) in {site}")
         for line in describe(found):
             print(line)
         if not found["optional"]["pytest"]:
