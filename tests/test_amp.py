@@ -18,7 +18,6 @@ import compatfn
 
 TORCH = Version(str(torch.__version__)).release[:2]
 CPU_AUTOCAST = TORCH >= (1, 10)  # CPU autocast and torch.autocast: torch 1.10 (support table)
-AUTOCAST_DTYPES = {"cpu": [torch.bfloat16], "cuda": [torch.float16, torch.bfloat16]}
 PATHS = [pytest.param({}, id="native"), pytest.param({"legacy": True}, id="legacy-forced")]
 
 
@@ -142,19 +141,23 @@ def dev(device) -> str:
     return torch.device(device).type
 
 
-@pytest.fixture(params=["bfloat16", "float16"])
-def dtype(request, dev):
-    device = dev
-    dtype = getattr(torch, request.param)
-    if dtype not in AUTOCAST_DTYPES[device]:
-        pytest.skip(f"{device} autocast is not tested with {request.param}")
+@pytest.fixture(
+    params=[
+        pytest.param(("cpu", torch.bfloat16), id="cpu-bfloat16"),
+        pytest.param(("cuda", torch.float16), id="cuda-float16", marks=pytest.mark.cuda),
+        pytest.param(("cuda", torch.bfloat16), id="cuda-bfloat16", marks=pytest.mark.cuda),
+    ]
+)
+def amp(request):
+    """(device type, autocast dtype): CPU bfloat16, CUDA float16 and bfloat16."""
+    device, dtype = request.param
     if device == "cuda" and dtype is torch.bfloat16 and not hasattr(torch, "autocast"):
         pytest.skip(f"torch {torch.__version__}: CUDA autocast is float16 only (bfloat16: 1.10)")
-    return dtype
+    return device, dtype
 
 
-def test_backward_runs_under_forward_autocast_state(dev, dtype, options):
-    device = dev
+def test_backward_runs_under_forward_autocast_state(amp, options):
+    device, dtype = amp
     need_autocast(device)
     fn, log = make_matmul(device, options=options)
     a, b = inputs(device)
@@ -181,8 +184,8 @@ def test_outside_autocast_is_a_no_op(dev, options):
     assert_grads(a, b, torch.float32)
 
 
-def test_cast_inputs_disables_autocast_in_forward_and_backward(dev, dtype, options):
-    device = dev
+def test_cast_inputs_disables_autocast_in_forward_and_backward(amp, options):
+    device, dtype = amp
     need_autocast(device)
     fn, log = make_matmul(device, cast_inputs=torch.float32, options=options)
     a, b = inputs(device, a_dtype=dtype)
@@ -197,8 +200,8 @@ def test_cast_inputs_disables_autocast_in_forward_and_backward(dev, dtype, optio
     assert_grads(a, b, dtype)  # autograd returns each gradient in its input's dtype
 
 
-def test_legacy_form_class(dev, dtype, options):
-    device = dev
+def test_legacy_form_class(amp, options):
+    device, dtype = amp
     need_autocast(device)
     log: list = []
     fn = make_legacy_form_matmul(device, log, options)
@@ -284,9 +287,9 @@ def _named_matmul(device: str, cast_inputs, log, options=None):
 
 
 @pytest.mark.parametrize("cast", [None, torch.float32], ids=["no-cast", "cast-float32"])
-def test_style_comes_from_the_class_not_parameter_names(dev, dtype, cast, options):
+def test_style_comes_from_the_class_not_parameter_names(amp, cast, options):
     """pytorch #132388: never write autocast state onto the caller's first tensor."""
-    device = dev
+    device, dtype = amp
     need_autocast(device)
     log: list = []
     fn = _named_matmul(device, cast, log, options)
