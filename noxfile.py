@@ -100,6 +100,15 @@ for _row in matrix.ROWS:
         _bench_session(_row)
 
 
+@nox.session(python=False, default=False)
+def installed(session: nox.Session) -> None:
+    """Run the whole suite (native, then COMPATFN_LEGACY=1) on the torch installed in the `python`
+    on PATH, GPU included; results go to the folder given after --, by default
+    reports/installed/local, where `nox -s report` reads them. Installs and downloads nothing."""
+    args = session.posargs or [str(ROOT / "reports" / "installed" / "local")]
+    session.run("python", "-m", "tools.check_installed", *args, external=True)
+
+
 @nox.session(python=matrix.LINT_PYTHON)
 def lint(session: nox.Session) -> None:
     """Ruff (lint, format check) over the repository; mypy over src/ (with torch) and tools/;

@@ -4,8 +4,9 @@ Usage::
 
     python benchmarks/overhead.py            # µs per call, 1-element CPU tensor
     python benchmarks/overhead.py --quick    # one short round (a smoke test)
+    python benchmarks/overhead.py --quick --device cuda   # the same on a 1-element CUDA tensor
 
-Writes benchmarks/results/overhead-torch<X.Y.Z>-cpu.json, which the docs' Performance page
+Writes benchmarks/results/overhead-torch<X.Y.Z>-<device>.json, which the docs' Performance page
 renders (see benchmarks/results_json.py).
 
 Phases: ``fwd`` (forward on an input that requires grad, as in training: the call records the
@@ -230,7 +231,7 @@ def _targets(kind: str, label: str, phase: str) -> Optional[float]:
     return None
 
 
-def measure(rounds: int, min_run_time: float) -> List[Dict[str, Any]]:
+def measure(rounds: int, min_run_time: float, device: str = "cpu") -> List[Dict[str, Any]]:
     env: Dict[str, Any] = {
         "HandLegacy": HandLegacy,
         "hand_sliced": hand_sliced,
@@ -242,9 +243,9 @@ def measure(rounds: int, min_run_time: float) -> List[Dict[str, Any]]:
         env["Native"] = compatfn.function(make_new())
     env["Legacy"] = compatfn.function(make_new(), legacy=True)
     env["Op"] = make_op()
-    x0 = torch.ones(1)
-    xg = torch.ones(1, requires_grad=True)
-    g = torch.ones(1)
+    x0 = torch.ones(1, device=device)
+    xg = torch.ones(1, device=device, requires_grad=True)
+    g = torch.ones(1, device=device)
     rows = _rows()
     best: Dict[Tuple[str, str], float] = {}
     for _ in range(rounds):
@@ -297,14 +298,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         default=results_json.RESULTS,
         help="folder for the JSON result (default: benchmarks/results; '' writes none)",
     )
+    p.add_argument("--device", default="cpu", help="where the 1-element tensor lives (cpu, cuda)")
     args = p.parse_args(argv)
     rounds, mrt = (1, 0.05) if args.quick else (args.rounds, args.min_run_time)
     torch.set_num_threads(1)
     print(
         f"per-call overhead: torch {torch.__version__}, compatfn {compatfn.__version__}, Python "
-        f"{platform.python_version()}, 1-element CPU tensor, µs per call (best of {rounds})"
+        f"{platform.python_version()}, 1-element {args.device} tensor, µs per call "
+        f"(best of {rounds})"
     )
-    rows = measure(rounds, mrt)
+    rows = measure(rounds, mrt, args.device)
     print(f"{'path':14} {'call':34} {'phase':12} {'µs':>8} {'ratio':>6}  target")
     for r in rows:
         target = (
@@ -319,11 +322,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.results:
         path = results_json.write(
             "overhead",
-            "Per-call cost of a decorated Function (1-element CPU tensor)",
+            f"Per-call cost of a decorated Function (1-element {args.device} tensor)",
             results_json.command("overhead.py", argv),
             COLUMNS,
             table_rows(rows),
-            "cpu",
+            args.device,
             note=NOTE.format(rounds=rounds),
             results=args.results,
         )

@@ -6,8 +6,9 @@ gradients for the public outputs only, intermediates of any type (tensor, int, s
 an intermediate nobody saved is freed after the call, and the results equal a hand-written
 Function that computes the same. Also under torch.func (torch >= 2.0), torch.compile with
 ``fullgraph=True`` and torch.export where that torch has them, with the AMP decorators, and in
-``check_function``. Wrong ``k`` fails at decoration, a forward that cannot hold ``k``
-intermediates at its first call, naming the class.
+``check_function``. Values, gradients, freeing, AMP and compile run on the CPU and on CUDA.
+Wrong ``k`` fails at decoration, a forward that cannot hold ``k`` intermediates at its first call,
+naming the class.
 """
 
 from __future__ import annotations
@@ -82,13 +83,19 @@ def _close(actual, expected):
     assert torch.allclose(actual, expected), (actual, expected)  # torch 1.8: no assert_close
 
 
+def _randn(*shape, device="cpu", dtype=torch.float64, seed=0, grad=True):
+    """Seeded values, the same on every device (softmax has no kinks)."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen).to(device, dtype).requires_grad_(grad)
+
+
 PATHS = [pytest.param({}, id="default-path"), pytest.param({"legacy": True}, id="legacy-forced")]
 
 
 @pytest.mark.parametrize("options", PATHS)
-def test_apply_returns_the_public_outputs(options):
+def test_apply_returns_the_public_outputs(options, device):
     softmax, split = make_softmax(**options), make_split(**options)
-    x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    x = _randn(3, 5, device=device)
     y = softmax.apply(x)
     assert isinstance(y, torch.Tensor)
     _close(y, torch.softmax(x, -1))
@@ -100,18 +107,19 @@ def test_apply_returns_the_public_outputs(options):
 
 
 @pytest.mark.parametrize("options", PATHS)
-def test_gradients_equal_torch_and_pass_gradcheck(options):
+def test_gradients_equal_torch_and_pass_gradcheck(options, device):
     softmax, split = make_softmax(**options), make_split(**options)
-    x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
-    (ours,) = torch.autograd.grad((softmax.apply(x, 0) * torch.arange(5.0)).sum(), x)
-    (theirs,) = torch.autograd.grad((torch.softmax(x, 0) * torch.arange(5.0)).sum(), x)
+    x = _randn(3, 5, device=device)
+    w = torch.arange(5.0, dtype=torch.float64, device=device)
+    (ours,) = torch.autograd.grad((softmax.apply(x, 0) * w).sum(), x)
+    (theirs,) = torch.autograd.grad((torch.softmax(x, 0) * w).sum(), x)
     _close(ours, theirs)
     assert torch.autograd.gradcheck(softmax.apply, (x,))
     assert torch.autograd.gradcheck(lambda t: split.apply(t, 1.5), (x,))
     assert torch.autograd.gradgradcheck(lambda t: split.apply(t, 1.5), (x,))
 
 
-def test_an_unsaved_intermediate_is_freed():
+def test_an_unsaved_intermediate_is_freed(device):
     seen = []
 
     @compatfn.function(intermediates=1)
@@ -130,17 +138,21 @@ def test_an_unsaved_intermediate_is_freed():
         def backward(ctx, grad):
             return grad * 2
 
-    x = torch.randn(4, requires_grad=True)
+    cuda = device.type == "cuda"
+    x = _randn(1024, device=device, dtype=torch.float32)
+    before = torch.cuda.memory_allocated(device) if cuda else 0
     y = Keep.apply(x)
     gc.collect()
     assert seen[0]() is None
+    if cuda:  # only the output is left on the device: x * 10 went with the call
+        assert torch.cuda.memory_allocated(device) - before == y.element_size() * 1024
     y.sum().backward()
-    _close(x.grad, torch.full((4,), 2.0))
+    _close(x.grad, torch.full((1024,), 2.0, device=device))
 
 
-def test_the_legacy_variant_agrees():
+def test_the_legacy_variant_agrees(device):
     softmax = make_softmax()
-    x = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+    x = _randn(4, 6, device=device)
     legacy = compatfn.as_legacy(softmax)
     assert compatfn.mode(legacy) == "legacy"
     assert torch.equal(legacy.apply(x, 1), softmax.apply(x, 1))
@@ -221,7 +233,7 @@ def test_a_forward_that_cannot_hold_k_fails_at_its_first_call(options, returned)
 
 
 def test_check_function_accepts_it():
-    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    x = _randn(3, 4)
     softmax = make_softmax()
     report = check_function(softmax, x, 1)
     expected = {"forward", "gradcheck", "gradgradcheck"}
@@ -233,14 +245,19 @@ def test_check_function_accepts_it():
 # --- composition ---------------------------------------------------------------------------------
 
 
-def test_amp_decorators():
-    if not compatfn.features()["cpu_autocast"]:
+AMP_DTYPE = {"cpu": torch.bfloat16, "cuda": torch.float16}
+
+
+def test_amp_decorators(device):
+    dev = device.type
+    if dev == "cpu" and not compatfn.features()["cpu_autocast"]:  # pinned in test_features
         pytest.skip(f"torch {torch.__version__} has no CPU autocast (torch >= 1.10)")
+    low = AMP_DTYPE[dev]
 
     @compatfn.function(intermediates=1)
     class Matmul(torch.autograd.Function):
         @staticmethod
-        @compatfn.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
+        @compatfn.custom_fwd(device_type=dev, cast_inputs=torch.float32)
         def forward(a, b):
             return a @ b, a.dtype
 
@@ -252,18 +269,23 @@ def test_amp_decorators():
             ctx.save_for_backward(a, b)
 
         @staticmethod
-        @compatfn.custom_bwd(device_type="cpu")
+        @compatfn.custom_bwd(device_type=dev)
         def backward(ctx, grad):
             a, b = ctx.saved_tensors
             return grad @ b.t(), a.t() @ grad
 
-    a = torch.randn(3, 4, dtype=torch.bfloat16, requires_grad=True)
-    b = torch.randn(4, 2, dtype=torch.bfloat16, requires_grad=True)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    a = _randn(3, 4, device=device, dtype=low, seed=1)
+    b = _randn(4, 2, device=device, dtype=low, seed=2)
+    autocast = torch.autocast(dev, dtype=low) if hasattr(torch, "autocast") else None
+    with autocast or torch.cuda.amp.autocast():  # torch < 1.10: CUDA float16 only
         out = Matmul.apply(a, b)
     assert out.dtype is torch.float32
     out.sum().backward()
-    assert a.grad is not None and a.grad.shape == a.shape
+    ones = torch.ones(3, 2, dtype=torch.float32, device=device)
+    assert a.grad.dtype == low and b.grad.dtype == low
+    want_a, want_b = ones @ b.detach().float().t(), a.detach().float().t() @ ones
+    assert torch.allclose(a.grad.float(), want_a, rtol=1e-2, atol=1e-2), (a.grad, want_a)
+    assert torch.allclose(b.grad.float(), want_b, rtol=1e-2, atol=1e-2), (b.grad, want_b)
 
 
 needs_func = pytest.mark.skipif(
@@ -328,22 +350,21 @@ def _compiles():
 @pytest.mark.skipif(not _compiles(), reason="torch.compile is unavailable here")
 @pytest.mark.parametrize("options", PATHS)
 @pytest.mark.parametrize("call", ["direct", "functional", "compiled-apply"])
-def test_compile_fullgraph(options, call):
-    import torch._dynamo
-
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_compile_fullgraph(options, call, device):
     softmax = make_softmax(**options)  # every call form compiles: the class has the legacy form
-    torch._dynamo.reset()
     if call == "compiled-apply":
         compiled = torch.compile(softmax.apply, backend="aot_eager", fullgraph=True)
     else:
         op = softmax.apply if call == "direct" else compatfn.functional(softmax)
         compiled = torch.compile(lambda t: op(t) * 2, backend="aot_eager", fullgraph=True)
-    x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    x = _randn(3, 5, device=device)
     y = compiled(x)
     expected = torch.softmax(x, -1) * (1 if call == "compiled-apply" else 2)
     _close(y, expected)
-    (grad,) = torch.autograd.grad((y * torch.arange(5.0, dtype=torch.float64)).sum(), x)
-    (want,) = torch.autograd.grad((expected * torch.arange(5.0, dtype=torch.float64)).sum(), x)
+    w = torch.arange(5.0, dtype=torch.float64, device=device)
+    (grad,) = torch.autograd.grad((y * w).sum(), x)
+    (want,) = torch.autograd.grad((expected * w).sum(), x)
     _close(grad, want)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import compatfn
 from compatfn import core
 from toy_functions import make_scale
 
@@ -63,7 +64,8 @@ def _exercise(module) -> None:
     x = torch.ones(2, dtype=torch.float64, requires_grad=True)
     triple.apply(x, factor=3.0).sum().backward()
     assert torch.equal(x.grad, torch.full_like(x, 3))
-    assert module.mode(triple) in ("native", "legacy")
+    twin = make_scale(name="Triple", factor=3.0, none_for_factor=False)  # the package's own
+    assert module.mode(triple) == compatfn.mode(twin)
     assert torch.autograd.gradcheck(module.functional(triple), (x,))
     assert module.features()["torch"] == str(torch.__version__)
 
@@ -77,6 +79,102 @@ def test_core_works_when_copied_under_another_name(tmp_path):
     module = _import_as(package, "thirdparty_ops._compat.autograd_fn")
     assert module.__name__ == "thirdparty_ops._compat.autograd_fn"
     _exercise(module)
+
+
+def _copies(tmp_path):
+    """Two vendored copies of core, in two packages, as two libraries would ship them."""
+    modules = []
+    for name in ("vendor_one", "vendor_two"):
+        package = tmp_path / name
+        package.mkdir()
+        (package / "__init__.py").write_text("")
+        (package / "_compat.py").write_text(SOURCE)
+        modules.append(_import_as(package, f"{name}._compat"))
+    assert modules[0] is not modules[1] and modules[0].function is not core.function
+    return modules
+
+
+def test_every_copy_reads_the_one_legacy_variable(tmp_path, monkeypatch):
+    """``COMPATFN_LEGACY`` forces the legacy path in the package and in every vendored copy, and
+    a value none of them understands fails the decoration in each, naming the variable."""
+    copies = [core, *_copies(tmp_path)]
+    monkeypatch.setenv("COMPATFN_LEGACY", "1")
+    for module in copies:
+        cls = make_scale(decorate=module.function)
+        assert module.mode(cls) == "legacy", module.__name__
+        x = torch.ones(2, dtype=torch.float64, requires_grad=True)
+        (grad,) = torch.autograd.grad(cls.apply(x, 3.0).sum(), x)
+        assert grad.tolist() == [3.0, 3.0]
+    monkeypatch.setenv("COMPATFN_LEGACY", "perhaps")
+    for module in copies:
+        with pytest.raises(ValueError, match=r"^COMPATFN_LEGACY='perhaps' is not understood"):
+            make_scale(decorate=module.function)
+
+
+def test_a_copy_takes_the_legacy_path_and_intermediates(tmp_path):
+    (module, _) = _copies(tmp_path)
+    forced = make_scale(decorate=lambda cls: module.function(cls, legacy=True))
+    assert module.mode(forced) == "legacy"
+    x = torch.tensor([0.5, -1.5], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: forced.apply(t, 3.0), (x,))
+
+    @module.function(intermediates=1)
+    class Shifted(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            shifted = x - 1
+            return shifted * 2, shifted
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            _, shifted = output
+            ctx.save_for_backward(shifted)
+
+        @staticmethod
+        def backward(ctx, grad):
+            (shifted,) = ctx.saved_tensors
+            return grad * 2 + shifted * 0
+
+    y = Shifted.apply(x)
+    assert isinstance(y, torch.Tensor) and y.tolist() == [-1.0, -5.0]
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    assert grad.tolist() == [2.0, 2.0]
+
+
+def test_a_copys_custom_fwd_under_autocast(tmp_path):
+    if not compatfn.features()["cpu_autocast"]:  # pinned per release in test_features
+        pytest.skip(f"torch {torch.__version__} has no CPU autocast (torch >= 1.10)")
+    (module, _) = _copies(tmp_path)
+    seen = []
+
+    @module.function
+    class MatMul(torch.autograd.Function):
+        @staticmethod
+        @module.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
+        def forward(a, b):
+            seen.append(("forward", a.dtype, a.mm(b).dtype))
+            return a.mm(b)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(*inputs)
+
+        @staticmethod
+        @module.custom_bwd(device_type="cpu")
+        def backward(ctx, grad):
+            a, b = ctx.saved_tensors
+            seen.append(("backward", grad.mm(b.t()).dtype))
+            return grad.mm(b.t()), a.t().mm(grad)
+
+    a = torch.ones(2, 3, dtype=torch.bfloat16, requires_grad=True)
+    b = torch.ones(3, 2, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = MatMul.apply(a, b)
+    y.sum().backward()
+    # forward and backward ran with autocast off (cast_inputs): float32 matmuls throughout
+    assert seen == [("forward", torch.float32, torch.float32), ("backward", torch.float32)]
+    assert y.dtype == torch.float32 and a.grad.dtype == torch.bfloat16
+    assert a.grad.tolist() == [[2.0] * 3] * 2 and b.grad.tolist() == [[2.0] * 2] * 3
 
 
 def test_vendor_command_writes_one_importable_file(tmp_path):
@@ -254,7 +352,7 @@ def test_report_json_and_failing_selfcheck(capsys, monkeypatch):
     assert cli.main(["--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["torch"] == str(torch.__version__)
-    assert data["path"] in ("native", "legacy")
+    assert data["path"] == compatfn.mode(compatfn.relu.ReLU)
     assert data["features"]["torch"] == str(torch.__version__)
     assert data["selfcheck"] and all(row["ok"] for row in data["selfcheck"])
     assert data["custom_op"] in cli.CUSTOM_OP_NOTES
