@@ -256,7 +256,15 @@ def run_benchmarks(site: Path, out: Path, found: Dict[str, Any]) -> List[Dict[st
         dest = out / f"{name}-{tag}.json"
         script = ROOT / "benchmarks" / ("run.py" if name == "relu" else "overhead.py")
         # Each script writes <benchmark>-torch<X.Y.Z>-<device>.json into the --results folder.
-        command = [sys.executable, str(script), "--quick", "--device", device, "--results", str(out)]
+        command = [
+            sys.executable,
+            str(script),
+            "--quick",
+            "--device",
+            device,
+            "--results",
+            str(out),
+        ]
         print(f"\n=== benchmark: {' '.join(command[1:])}", flush=True)
         started = time.monotonic()
         status = subprocess.run(command, env=environment(site, legacy=False), cwd=str(ROOT))
