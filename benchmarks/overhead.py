@@ -4,6 +4,12 @@ Usage::
 
     python benchmarks/overhead.py            # µs per call, 1-element CPU tensor
     python benchmarks/overhead.py --quick --json overhead.json
+    python benchmarks/overhead.py --before old/core.py --results   # before/after, side by side
+
+``--before`` loads another copy of compatfn's ``core.py`` (e.g. ``git show main:src/compatfn/
+core.py``) under its own name and measures its classes next to this checkout's, in the same
+rounds; ``--results`` writes ``benchmarks/results/overhead-torch<X.Y.Z>.json`` (the docs'
+Performance page renders it).
 
 Phases: ``fwd`` (forward on an input that requires grad, as in training: the call records the
 graph; the targets refer to it), ``fwd, no grad`` (the cheapest call, where the fixed per-call cost
@@ -28,9 +34,12 @@ block of each row is kept (the estimate least disturbed by other load on a share
 from __future__ import annotations
 
 import argparse
+import datetime
+import importlib.util
 import json
 import platform
 import sys
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -92,7 +101,7 @@ def hand_sliced(x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
     return HandWithScratch.apply(x, scale)[0]  # type: ignore[no-any-return]
 
 
-def make_intermediates() -> type:
+def make_intermediates(function: Any = compatfn.function) -> type:
     """The same Function with ``intermediates=1``: the scratch value reaches setup_context."""
 
     class Scale(torch.autograd.Function):
@@ -108,7 +117,38 @@ def make_intermediates() -> type:
         def backward(ctx: Any, grad: torch.Tensor) -> Tuple[torch.Tensor, None]:
             return grad * ctx.scale, None
 
-    return compatfn.function(Scale, intermediates=1)
+    return function(Scale, intermediates=1)  # type: ignore[no-any-return]
+
+
+#: Where ``--before`` measures the other core's classes: (this row's label, statement's class).
+BEFORE = {
+    "compatfn (positional)": "Native",
+    "compatfn (keyword)": "Native",
+    "compatfn (default)": "Native",
+    "compatfn legacy (positional)": "Legacy",
+    "compatfn legacy (keyword)": "Legacy",
+    "compatfn intermediates=1 (positional)": "Inter",
+}
+
+
+def _before_rows(rows: List[Tuple[str, str, str, str]]) -> List[Tuple[str, str, str, str]]:
+    """Each compatfn row again, on the classes of the ``--before`` core (``<Name>Before``)."""
+    out = []
+    for kind, label, stmt, base in rows:
+        out.append((kind, label, stmt, base))
+        name = BEFORE.get(label)
+        if name is not None:
+            out.append((kind, f"{label} [before]", stmt.replace(name, name + "Before"), base))
+    return out
+
+
+def load_core(path: str) -> Any:
+    """Another copy of compatfn's ``core.py``, imported under its own name (core is vendorable)."""
+    spec = importlib.util.spec_from_file_location("overhead_core_before", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _rows() -> List[Tuple[str, str, str, str]]:
@@ -224,7 +264,7 @@ def _targets(kind: str, label: str, phase: str) -> Optional[float]:
     return None
 
 
-def measure(rounds: int, min_run_time: float) -> List[Dict[str, Any]]:
+def measure(rounds: int, min_run_time: float, before: Any = None) -> List[Dict[str, Any]]:
     env: Dict[str, Any] = {
         "HandLegacy": HandLegacy,
         "hand_sliced": hand_sliced,
@@ -236,10 +276,16 @@ def measure(rounds: int, min_run_time: float) -> List[Dict[str, Any]]:
         env["Native"] = compatfn.function(make_new())
     env["Legacy"] = compatfn.function(make_new(), legacy=True)
     env["Op"] = make_op()
+    rows = _rows()
+    if before is not None:
+        env["InterBefore"] = make_intermediates(before.function)
+        if HAS_SETUP_CONTEXT:
+            env["NativeBefore"] = before.function(make_new())
+        env["LegacyBefore"] = before.function(make_new(), legacy=True)
+        rows = _before_rows(rows)
     x0 = torch.ones(1)
     xg = torch.ones(1, requires_grad=True)
     g = torch.ones(1)
-    rows = _rows()
     best: Dict[Tuple[str, str], float] = {}
     for _ in range(rounds):
         for _kind, label, stmt, _ in rows:
@@ -265,20 +311,21 @@ def measure(rounds: int, min_run_time: float) -> List[Dict[str, Any]]:
                     "ratio": t / best[(base, phase)],
                     "baseline": base,
                     "target": _targets(kind, label, phase),
-                    "mode": _mode(kind, env),
+                    "mode": _mode(kind, env, before if label.endswith("[before]") else None),
                 }
             )
     return out
 
 
-def _mode(kind: str, env: Dict[str, Any]) -> str:
+def _mode(kind: str, env: Dict[str, Any], before: Any = None) -> str:
     if kind == "op":
         from compatfn.library import TIER
 
         return "op:" + TIER
-    if kind == "intermediates":
-        return compatfn.mode(env["Inter"])
-    return compatfn.mode(env["Native" if kind == "native" else "Legacy"])
+    name = {"intermediates": "Inter", "native": "Native"}.get(kind, "Legacy")
+    if before is not None:
+        return str(before.mode(env[name + "Before"]))
+    return compatfn.mode(env[name])
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -287,14 +334,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--rounds", type=int, default=15, help="alternating rounds (best kept)")
     p.add_argument("--min-run-time", type=float, default=0.06, help="seconds per timed block")
     p.add_argument("--json", default=None, help="write the rows as JSON here")
+    p.add_argument("--before", default=None, help="another core.py to measure side by side")
+    p.add_argument(
+        "--results", action="store_true", help="write benchmarks/results/overhead-torch<X.Y.Z>.json"
+    )
     args = p.parse_args(argv)
+    before = load_core(args.before) if args.before else None
     rounds, mrt = (1, 0.05) if args.quick else (args.rounds, args.min_run_time)
     torch.set_num_threads(1)
     print(
         f"per-call overhead: torch {torch.__version__}, compatfn {compatfn.__version__}, Python "
         f"{platform.python_version()}, 1-element CPU tensor, µs per call (best of {rounds})"
     )
-    rows = measure(rounds, mrt)
+    rows = measure(rounds, mrt, before)
     print(f"{'path':14} {'call':34} {'phase':12} {'µs':>8} {'ratio':>6}  target")
     for r in rows:
         target = (
@@ -310,7 +362,45 @@ def main(argv: Optional[List[str]] = None) -> int:
         with open(args.json, "w") as f:
             json.dump({"torch": str(torch.__version__), "rows": rows}, f, indent=1)
         print(f"wrote {args.json}")
+    if args.results:
+        path = RESULTS / f"overhead-torch{_torch_release()}.json"
+        path.parent.mkdir(exist_ok=True)
+        table = results_table(rows, with_before=before is not None, quick=args.quick)
+        path.write_text(json.dumps(table, indent=1, ensure_ascii=False) + "\n")
+        print(f"wrote {path}")
     return 0
+
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _torch_release() -> str:
+    """torch's release without a local part: ``2.4.1+cu121`` -> ``2.4.1``."""
+    return str(torch.__version__).split("+")[0]
+
+
+def results_table(rows: List[Dict[str, Any]], with_before: bool, quick: bool) -> Dict[str, Any]:
+    """The rows in the shape the docs' Performance page renders: one line per call, µs and ratio
+    (to the call's baseline) per phase."""
+    phases = list(dict.fromkeys(r["phase"] for r in rows))
+    columns = ["call"] + [f"{phase} {what}" for phase in phases for what in ("µs", "ratio")]
+    table: Dict[str, List[Any]] = {}
+    for r in rows:
+        line = table.setdefault(f"{r['label']} ({r['mode']})", [None] * (len(columns) - 1))
+        i = phases.index(r["phase"]) * 2
+        line[i : i + 2] = [round(r["us"], 3), round(r["ratio"], 3)]
+    options = ["--quick"] * quick + ["--before <the previous core.py>"] * with_before
+    command = " ".join(["python benchmarks/overhead.py", *options, "--results"])
+    meta = {
+        "benchmark": "overhead",
+        "title": "Per-call cost of a decorated Function vs torch's own, 1-element CPU tensor",
+        "command": command,
+        "date": datetime.date.today().isoformat(),
+        "torch": _torch_release(),
+        "python": platform.python_version(),
+        "device": "cpu",
+    }
+    return {"meta": meta, "columns": columns, "rows": [[k, *v] for k, v in table.items()]}
 
 
 if __name__ == "__main__":

@@ -52,19 +52,31 @@ def make_clip(
     return compatfn.function(Clip, legacy=legacy) if decorated else Clip
 
 
-class HandWrittenClip(torch.autograd.Function):
-    """The same clipped ReLU hand-written in the legacy form, without compatfn: the baseline
-    that shows what torch itself supports."""
+def make_hand_written_clip() -> Any:
+    """The same clipped ReLU hand-written in the legacy form, without compatfn: the control that
+    shows what torch itself supports. A fresh class per call (dynamo keeps state per class).
 
-    @staticmethod
-    def forward(ctx, x, clip=1.0):  # type: ignore[no-untyped-def,override]
-        ctx.save_for_backward((x > 0) & (x < clip))
-        return x.clamp(0, clip)
+    Example::
 
-    @staticmethod
-    def backward(ctx, grad):  # type: ignore[no-untyped-def,override]
-        (mask,) = ctx.saved_tensors
-        return grad * mask, None
+        make_hand_written_clip().apply(torch.randn(4), 0.5)
+    """
+
+    class HandWrittenClip(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, clip=1.0):  # type: ignore[no-untyped-def,override]
+            ctx.save_for_backward((x > 0) & (x < clip))
+            return x.clamp(0, clip)
+
+        @staticmethod
+        def backward(ctx, grad):  # type: ignore[no-untyped-def,override]
+            (mask,) = ctx.saved_tensors
+            return grad * mask, None
+
+    return HandWrittenClip
+
+
+#: One hand-written control, for tests that need no fresh class.
+HandWrittenClip = make_hand_written_clip()
 
 
 def make_scale(
