@@ -83,7 +83,9 @@ def _input(grad: bool, device: str = "cpu") -> torch.Tensor:
 def _control(call: str, grad: bool, backend: str, device: str = "cpu") -> Tuple[Any, Optional[str]]:
     """The hand-written control, compiled once per case (it is the same for both paths)."""
     control = make_hand_written_clip()
-    return _outcome(lambda: _compiled_run(lambda t: CALLS[call](control, t), _input(grad, device), backend))
+    return _outcome(
+        lambda: _compiled_run(lambda t: CALLS[call](control, t), _input(grad, device), backend)
+    )
 
 
 def check_like_control(
@@ -172,7 +174,9 @@ def test_compiling_apply_itself(legacy, grad):
     expected, control_failure = _control("positional", grad, "aot_eager")
     if control_failure is not None:  # torch 2.2 without grad: the control's failure is torch's
         x = _input(grad)
-        _, failure = _outcome(lambda: torch.compile(op, backend="aot_eager", fullgraph=True)(x, 0.5))
+        _, failure = _outcome(
+            lambda: torch.compile(op, backend="aot_eager", fullgraph=True)(x, 0.5)
+        )
         assert failure == control_failure
         return
     calls = (lambda f, t: f(t, 0.5), lambda f, t: f(t, clip=0.5), lambda f, t: f(x=t, clip=0.5))

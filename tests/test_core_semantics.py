@@ -8,7 +8,6 @@ tests through the legacy adapter.
 
 from __future__ import annotations
 
-import os
 import threading
 
 import pytest

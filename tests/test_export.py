@@ -27,8 +27,16 @@ pytestmark = pytest.mark.skipif(
 )
 #: Whether this torch's export takes ``strict=`` (non-strict export: torch >= 2.2).
 NON_STRICT = export is not None and "strict" in inspect.signature(export.export).parameters
-MODES = ["strict", pytest.param("non-strict", marks=pytest.mark.skipif(not NON_STRICT, reason=(
-    f"torch {torch.__version__} has no non-strict export (torch >= 2.2)")))]
+MODES = [
+    "strict",
+    pytest.param(
+        "non-strict",
+        marks=pytest.mark.skipif(
+            not NON_STRICT,
+            reason=(f"torch {torch.__version__} has no non-strict export (torch >= 2.2)"),
+        ),
+    ),
+]
 PATHS = [pytest.param(None, id="default-path"), pytest.param(True, id="legacy-forced")]
 
 

@@ -206,11 +206,13 @@ DYNAMO_PASSES_CTX_WITH_KEYWORDS = HAS_SETUP_CONTEXT and (2, 6) <= TORCH_VERSION 
 #: one, a decorated class itself takes the legacy form (mode "dual"). See NOTE: [the class takes
 #: the legacy form].
 CLASS_TAKES_LEGACY_FORM = (
-    DYNAMO_REJECTS_SETUP_CONTEXT or DYNAMO_PASSES_CTX_WITHOUT_GRAD or DYNAMO_PASSES_CTX_WITH_KEYWORDS
+    DYNAMO_REJECTS_SETUP_CONTEXT
+    or DYNAMO_PASSES_CTX_WITHOUT_GRAD
+    or DYNAMO_PASSES_CTX_WITH_KEYWORDS
 )
 
 #: torch >= 2.4: dynamo traces a direct ``Fn.apply(...)`` of a setup_context-style class written
-#: without compatfn (when an input requires grad).
+#: without this adapter (when an input requires grad).
 COMPILES_SETUP_CONTEXT = HAS_SETUP_CONTEXT and not DYNAMO_REJECTS_SETUP_CONTEXT
 
 #: torch 2.1-2.3: dynamo cannot read ``ctx.needs_input_grad`` while tracing backward.
@@ -1918,9 +1920,9 @@ def features() -> Dict[str, Any]:
     ``torch`` is the version string; ``setup_context``, ``torch_func``, ``amp_device_generic`` and
     ``cpu_autocast`` are booleans; the probed ``apply_kwargs``, ``default_binding`` and
     ``forward_ad`` are True, False, or ``"error: <why>"`` when the probe failed unexpectedly;
-    ``compile`` is ``"native"`` (a direct ``Fn.apply`` of a setup_context-style class compiles),
-    ``"functional"`` (only ``functional(Fn)``, ``torch.compile(Fn.apply)`` and legacy-form classes
-    compile) or ``"unavailable"``; ``export`` is the tuple of torch.export modes, e.g.
+    ``compile`` is ``"native"`` (dynamo traces setup_context-style classes, torch >= 2.4),
+    ``"functional"`` (it rejects them; decorated classes compile anyway, see ``mode``) or
+    ``"unavailable"``; ``export`` is the tuple of torch.export modes, e.g.
     ``("strict", "non-strict")``. The command-line report explains each entry.
 
     Example::
