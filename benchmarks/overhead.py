@@ -311,19 +311,21 @@ def measure(rounds: int, min_run_time: float, before: Any = None) -> List[Dict[s
                     "ratio": t / best[(base, phase)],
                     "baseline": base,
                     "target": _targets(kind, label, phase),
-                    "mode": _mode(kind, env, before if label.endswith("[before]") else None),
+                    "mode": _mode(kind, label, env, before),
                 }
             )
     return out
 
 
-def _mode(kind: str, env: Dict[str, Any], before: Any = None) -> str:
+def _mode(kind: str, label: str, env: Dict[str, Any], before: Any) -> str:
+    if label.startswith(("undecorated", "hand-written")):
+        return "torch"
     if kind == "op":
         from compatfn.library import TIER
 
         return "op:" + TIER
     name = {"intermediates": "Inter", "native": "Native"}.get(kind, "Legacy")
-    if before is not None:
+    if label.endswith("[before]"):
         return str(before.mode(env[name + "Before"]))
     return compatfn.mode(env[name])
 

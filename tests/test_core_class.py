@@ -8,9 +8,11 @@ import copy
 import gc
 import inspect
 import pickle
+import re
 import subprocess
 import sys
 import threading
+import warnings
 import weakref
 
 import pytest
@@ -18,7 +20,7 @@ import torch
 
 import compatfn
 from compatfn import core
-from toy_functions import FORCED, expected_mode
+from toy_functions import FORCED, HandWrittenClip, expected_mode, make_scale
 
 NATIVE_TORCH = hasattr(torch.autograd.Function, "setup_context")
 
@@ -221,8 +223,8 @@ class _NotAFunction:
 def test_decoration_errors_name_class_and_fix(target, pattern):
     with pytest.raises(TypeError, match=pattern) as error:
         compatfn.function(target)
-    message = str(error.value)
-    assert "." in message  # a sentence saying how to fix it follows the problem
+    # "<class>: <problem>. <how to fix it>."
+    assert re.match(r"Bad: [^.]+\S\. [A-Z].*\.$", str(error.value), re.S), str(error.value)
 
 
 def test_torch_custom_fwd_on_ctxless_forward_is_rejected():
@@ -442,3 +444,43 @@ def test_legacy_environment_rejects_other_values(monkeypatch, value):
     monkeypatch.setenv("COMPATFN_LEGACY", value)
     with pytest.raises(ValueError, match=r"COMPATFN_LEGACY=.* is not understood: .*1, true, yes"):
         compatfn.function(_bad())
+
+
+# --- TorchScript ---------------------------------------------------------------------------------
+
+
+def _calling(cls):
+    class Calls(torch.nn.Module):
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return cls.apply(x, 2.0)
+
+    return Calls()
+
+
+def test_jit_trace_works():
+    module = _calling(make_scale())
+    x = torch.randn(3)
+    with warnings.catch_warnings():  # torch 2.15 deprecates torch.jit
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(module, x)
+    assert torch.equal(traced(x), x * 2.0)
+
+
+@pytest.mark.parametrize("legacy", [None, True], ids=["default-path", "legacy-forced"])
+def test_jit_script_fails_for_every_function_naming_the_generated_code(legacy):
+    """torch.jit.script compiles no autograd.Function (the hand-written control fails too); for
+    a decorated class the error shows the code @function generated, by a file name that says
+    whose it is and what it does."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            torch.jit.script(_calling(HandWrittenClip))
+        except Exception as error:  # torch's own message differs per release
+            control = f"{type(error).__name__}: {error}"
+        else:
+            pytest.fail("torch.jit.script compiled a hand-written autograd.Function")
+        generated = r'File "<Scale\.(__init_subclass__|forward): the .* @function \w+>"'
+        with pytest.raises(Exception, match=generated) as raised:
+            torch.jit.script(_calling(make_scale(legacy)))
+    assert control
+    assert "core.py" not in str(raised.value), raised.value

@@ -25,8 +25,17 @@ EXPECTED_MODE = expected_mode(FORCED)
 assert_close = getattr(torch.testing, "assert_close", None) or torch.testing.assert_allclose
 
 
-def double(*shape: int, device: str = "cpu") -> torch.Tensor:
-    return torch.randn(*shape, dtype=torch.float64, device=device, requires_grad=True)
+#: Where the toy Functions of this module have kinks: clip values and 0.
+KINKS = (0.0, 0.25, 0.5, 0.7, 1.0)
+
+
+def double(*shape: int, device: str = "cpu", seed: int = 0) -> torch.Tensor:
+    """Seeded float64 values that require grad, at least 0.05 away from every kink (gradcheck's
+    finite differences must not straddle one)."""
+    x = torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    for kink in KINKS:
+        x = torch.where((x - kink).abs() < 0.05, x + 0.11, x)
+    return x.to(device).requires_grad_()
 
 
 #: y = min(max(x, 0), clip), ``clip=1.0`` by default.
