@@ -367,7 +367,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.results:
         path = RESULTS / f"overhead-torch{_torch_release()}.json"
         path.parent.mkdir(exist_ok=True)
-        table = results_table(rows, with_before=before is not None, quick=args.quick)
+        table = results_table(rows, _command(args))
         path.write_text(json.dumps(table, indent=1, ensure_ascii=False) + "\n")
         print(f"wrote {path}")
     return 0
@@ -381,7 +381,17 @@ def _torch_release() -> str:
     return str(torch.__version__).split("+")[0]
 
 
-def results_table(rows: List[Dict[str, Any]], with_before: bool, quick: bool) -> Dict[str, Any]:
+def _command(args: argparse.Namespace) -> str:
+    """How this run was started, without local paths."""
+    options = ["--quick"] * args.quick
+    if not args.quick and args.rounds != 15:
+        options.append(f"--rounds {args.rounds}")
+    if args.before:
+        options.append("--before <the previous core.py>")
+    return " ".join(["python benchmarks/overhead.py", *options, "--results"])
+
+
+def results_table(rows: List[Dict[str, Any]], command: str) -> Dict[str, Any]:
     """The rows in the shape the docs' Performance page renders: one line per call, µs and ratio
     (to the call's baseline) per phase."""
     phases = list(dict.fromkeys(r["phase"] for r in rows))
@@ -391,8 +401,6 @@ def results_table(rows: List[Dict[str, Any]], with_before: bool, quick: bool) ->
         line = table.setdefault(f"{r['label']} ({r['mode']})", [None] * (len(columns) - 1))
         i = phases.index(r["phase"]) * 2
         line[i : i + 2] = [round(r["us"], 3), round(r["ratio"], 3)]
-    options = ["--quick"] * quick + ["--before <the previous core.py>"] * with_before
-    command = " ".join(["python benchmarks/overhead.py", *options, "--results"])
     meta = {
         "benchmark": "overhead",
         "title": "Per-call cost of a decorated Function vs torch's own, 1-element CPU tensor",

@@ -531,9 +531,18 @@ def _user_attribute(cls: type, name: str) -> Any:
             value = record.originals[name]
         else:
             value = klass.__dict__.get(name, _MISSING)
-        if value is not _MISSING:
+        if value is not _MISSING and not _given_back(cls, name, value):
             return value
     return _MISSING
+
+
+def _given_back(cls: type, name: str, value: Any) -> bool:
+    """Whether ``value`` is a method a dual base gave back to its subclass (not user code)."""
+    for klass in cls.__mro__:
+        record = klass.__dict__.get(_RECORD)
+        if record is not None and record.native_methods.get(name) is value:
+            return True
+    return False
 
 
 def defines(cls: type, name: str) -> bool:
@@ -556,8 +565,8 @@ def _check_method_kind(cls: type, name: str, attr: Any, legacy_form: bool) -> No
         raise _decoration_error(
             cls.__qualname__,
             f"{name} is a @classmethod; the setup_context style needs @staticmethod methods, "
-            "since the adapter runs them from a legacy-form copy of the class (torch 1.x, "
-            f"torch.compile on torch < 2.6), where cls would not be {cls.__name__}",
+            "since the adapter runs them from copies of the class (under torch.func on torch "
+            f"2.0-2.12, in eager calls on torch 2.15+), where cls would not be {cls.__name__}",
             f"Make {name} a @staticmethod and name the class where it needs it, or keep the "
             f"legacy form forward(cls, ctx, ...) without setup_context.",
         )
@@ -644,7 +653,7 @@ class _Decoration:
         self.legacy_subclass: Optional[type] = None  # cache for as_legacy()
         # A dual class's setup_context-style forward and setup_context (as run), for its
         # undecorated subclasses. See NOTE: [the class takes the legacy form].
-        self.native_methods: Dict[str, Callable] = {}
+        self.native_methods: Dict[str, staticmethod] = {}
 
     @property
     def dual(self) -> bool:
@@ -1008,7 +1017,7 @@ def _func_copy(cls: type, forward: Callable, setup_context: Callable, backward: 
     return _flattened_copy(cls, namespace, "torch.func")
 
 
-def _guard_subclasses(cls: Any, legacy_form: bool, native_methods: Dict[str, Callable]) -> None:
+def _guard_subclasses(cls: Any, legacy_form: bool, native_methods: Dict[str, staticmethod]) -> None:
     """Give undecorated subclasses of ``cls`` torch's own ``apply`` (``cls.apply`` is bound to
     ``cls``'s own forward and signature); a subclass that is decorated gets its own. With
     ``native_methods`` (a dual class without intermediates), an undecorated subclass gets back
@@ -1024,7 +1033,7 @@ def _guard_subclasses(cls: Any, legacy_form: bool, native_methods: Dict[str, Cal
             super(cls, sub).__init_subclass__(**kwargs)
         for name, method in native_methods.items():
             if name not in sub.__dict__:
-                setattr(sub, name, staticmethod(method))
+                setattr(sub, name, method)
         overrides = "forward" in sub.__dict__ or "setup_context" in sub.__dict__
         if legacy_form and overrides and not native_methods:
             sub.apply = staticmethod(functools.partial(_undecorated, sub.__qualname__))
@@ -1461,7 +1470,10 @@ def _transform_setup_context_class(cls: Any, record: _Decoration, forward: Calla
     if record.dual and HAS_TORCH_FUNC:
         record.func_copy = _func_copy(cls, forward, setup_context, backward)
     if record.dual and not k:
-        record.native_methods = {"forward": forward, "setup_context": setup_context}
+        record.native_methods = {
+            "forward": staticmethod(forward),
+            "setup_context": staticmethod(setup_context),
+        }
     finish = _tensors_for_torch if expand else None
     if k:
         setup_context = _checked_output(cls, setup_context, k, mark=False)
