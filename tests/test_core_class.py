@@ -452,7 +452,7 @@ def test_legacy_environment_rejects_other_values(monkeypatch, value):
 
 def _calling(cls):
     class Calls(torch.nn.Module):
-        def forward(self, x):  # type: ignore[no-untyped-def]
+        def forward(self, x):  # no type comment: torch 1.8's TorchScript parses those
             return cls.apply(x, 2.0)
 
     return Calls()
