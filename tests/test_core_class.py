@@ -467,21 +467,31 @@ def test_jit_trace_works():
     assert torch.equal(traced(x), x * 2.0)
 
 
-@pytest.mark.parametrize("legacy", [None, True], ids=["default-path", "legacy-forced"])
-def test_jit_script_fails_for_every_function_naming_the_generated_code(legacy):
-    """torch.jit.script compiles no autograd.Function (the hand-written control fails too); for
-    a decorated class the error shows the code @function generated, by a file name that says
-    whose it is and what it does."""
-    with warnings.catch_warnings():
+#: Whether torch.jit.script compiles a module calling a hand-written Function (as a call into
+#: Python), measured: torch 1.8 and 2.15 do not, 2.1-2.12 do.
+SCRIPTS_HAND_WRITTEN = {(1, 8): False, (2, 1): True, (2, 4): True, (2, 12): True, (2, 15): False}
+
+
+def _script_failure(module: torch.nn.Module) -> str:
+    with warnings.catch_warnings():  # torch 2.15 deprecates torch.jit
         warnings.simplefilter("ignore")
         try:
-            torch.jit.script(_calling(HandWrittenClip))
+            torch.jit.script(module)
         except Exception as error:  # torch's own message differs per release
-            control = f"{type(error).__name__}: {error}"
-        else:
-            pytest.fail("torch.jit.script compiled a hand-written autograd.Function")
-        generated = r'File "<Scale\.(__init_subclass__|forward): the .* @function \w+>"'
-        with pytest.raises(Exception, match=generated) as raised:
-            torch.jit.script(_calling(make_scale(legacy)))
-    assert control
-    assert "core.py" not in str(raised.value), raised.value
+            return f"{type(error).__name__}: {error}"
+    return ""
+
+
+def test_jit_script_error_names_the_generated_code():
+    """torch.jit.script cannot compile a module calling a decorated Function; its error shows
+    the code @function generated for the class, by a file name that says whose it is and what it
+    does, never a line of compatfn's own source. A hand-written Function scripts (as a call into
+    Python) on torch 2.1-2.12 and not on 1.8 or 2.15: pinned where measured."""
+    failure = _script_failure(_calling(Scale))
+    generated = r'File "<Scale\.__init_subclass__: the subclass hook @function added>"'
+    assert re.search(generated, failure), failure
+    assert "core.py" not in failure, failure
+    control = _script_failure(_calling(HandWrittenClip))
+    expected = SCRIPTS_HAND_WRITTEN.get(core.TORCH_VERSION)
+    if expected is not None:
+        assert (control == "") is expected, control
