@@ -240,6 +240,13 @@ FUNC_NEEDS_DYNAMO_IMPORTED = TORCH_VERSION == (2, 3)
 # Upstream: https://github.com/pytorch/pytorch/pull/185132
 CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS = (2, 4) <= TORCH_VERSION < (2, 14)
 
+# --- TorchScript ---
+
+# torch.jit.script's markers for functions it must not compile (``_torchscript_modifier``): IGNORE
+# (call into Python, as for a hand-written Function's apply) and _DROP (leave out of a class;
+# torch >= 1.10). See NOTE: [TorchScript].
+_JIT_MODIFIERS: Any = getattr(sys.modules.get("torch._jit_internal"), "FunctionModifiers", None)
+
 # --- automatic mixed precision ---
 
 #: torch >= 2.4: ``torch.amp.custom_fwd/custom_bwd`` and ``torch.get_autocast_dtype(device)``.
@@ -1045,6 +1052,7 @@ def _guard_subclasses(cls: Any, legacy_form: bool, native_methods: Dict[str, sta
     source = "def __init_subclass__(sub, **kwargs):\n    adapt_subclass(sub, kwargs)\n"
     what = f"{cls.__qualname__}.__init_subclass__: the subclass hook @function added"
     hook = _generated(source, what, {"adapt_subclass": adapt_subclass}, "__init_subclass__")
+    _script_as_python_call(hook, "_DROP")
     cls.__init_subclass__ = classmethod(hook)  # type: ignore[assignment]
 
 
@@ -1495,12 +1503,30 @@ def _public_finisher(k: int, then: Optional[Callable]) -> Callable:
     return finish
 
 
+# NOTE: [TorchScript]
+# torch.jit.script compiles a Function class named in scripted code as a TorchScript class (its
+# methods that are not static) and its attributes as functions, except torch's own ``apply``,
+# which it calls in Python (torch 1.9-2.14; 1.8 and 2.15 script no Function). The ``apply`` and
+# ``__init_subclass__`` decoration installs are marked so that it does the same for them: the
+# apply is called in Python (unannotated: every argument is passed as given), the hook left out.
+
+
+def _script_as_python_call(fn: Callable, modifier: str) -> None:
+    """Mark ``fn`` for torch.jit.script (``"IGNORE"`` or ``"_DROP"``), where this torch has the
+    marker. See NOTE: [TorchScript]."""
+    marker = getattr(_JIT_MODIFIERS, modifier, None)
+    if marker is not None:
+        fn._torchscript_modifier = marker  # type: ignore[attr-defined]
+        fn.__annotations__ = {}
+
+
 def _install_apply(cls: Any, record: _Decoration) -> None:
     apply = _build_apply(cls, record)
     name = cls.__qualname__
     apply.__doc__ = f"Apply {name}; arguments as for forward{inspect.signature(record.forward)}."
     apply.__module__ = cls.__module__
     apply.__qualname__ = f"{name}.apply"  # pickle finds it by reference: getattr(cls, "apply")
+    _script_as_python_call(apply, "IGNORE")
     _set(cls, record, "apply", staticmethod(apply))
     own_hook = cls.__dict__.get("__init_subclass__", _MISSING)
     record.originals.setdefault("__init_subclass__", own_hook)
