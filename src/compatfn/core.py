@@ -244,7 +244,7 @@ CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS = (2, 4) <= TORCH_VERSION < (2, 14)
 
 # torch.jit.script's markers for functions it must not compile (``_torchscript_modifier``): IGNORE
 # (call into Python, as for a hand-written Function's apply) and _DROP (leave out of a class;
-# torch >= 1.10). See NOTE: [TorchScript].
+# absent from torch 1.8). See NOTE: [TorchScript].
 _JIT_MODIFIERS: Any = getattr(sys.modules.get("torch._jit_internal"), "FunctionModifiers", None)
 
 # --- automatic mixed precision ---
