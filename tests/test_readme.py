@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from toy_functions import FORCED, expected_mode
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
@@ -24,7 +26,7 @@ def test_thirty_second_example():
     fn = namespace["ClippedReLU"]
     x = namespace["x"]
     assert torch.equal(namespace["clipped_relu"](x, clip=2.0), x.clamp(0, 2.0))
-    assert namespace["compatfn"].mode(fn) in ("native", "legacy")
+    assert namespace["compatfn"].mode(fn) == expected_mode(FORCED)
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
