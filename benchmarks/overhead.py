@@ -5,9 +5,12 @@ Usage::
     python benchmarks/overhead.py            # µs per call, 1-element CPU tensor
     python benchmarks/overhead.py --quick    # one short round (a smoke test)
     python benchmarks/overhead.py --quick --device cuda   # the same on a 1-element CUDA tensor
+    python benchmarks/overhead.py --before old/core.py    # before/after, side by side
 
 Writes benchmarks/results/overhead-torch<X.Y.Z>-<device>.json, which the docs' Performance page
-renders (see benchmarks/results_json.py).
+renders (see benchmarks/results_json.py). ``--before`` loads another copy of compatfn's ``core.py``
+(e.g. ``git show main:src/compatfn/core.py``) under its own name and measures its classes next to
+this checkout's, in the same rounds.
 
 Phases: ``fwd`` (forward on an input that requires grad, as in training: the call records the
 graph; the targets refer to it), ``fwd, no grad`` (the cheapest call, where the fixed per-call cost
@@ -32,6 +35,7 @@ block of each row is kept (the estimate least disturbed by other load on a share
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import platform
 import sys
 from typing import Any, Dict, List, Optional, Tuple
@@ -96,7 +100,7 @@ def hand_sliced(x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
     return HandWithScratch.apply(x, scale)[0]  # type: ignore[no-any-return]
 
 
-def make_intermediates() -> type:
+def make_intermediates(function: Any = compatfn.function) -> type:
     """The same Function with ``intermediates=1``: the scratch value reaches setup_context."""
 
     class Scale(torch.autograd.Function):
@@ -112,7 +116,38 @@ def make_intermediates() -> type:
         def backward(ctx: Any, grad: torch.Tensor) -> Tuple[torch.Tensor, None]:
             return grad * ctx.scale, None
 
-    return compatfn.function(Scale, intermediates=1)
+    return function(Scale, intermediates=1)  # type: ignore[no-any-return]
+
+
+#: Where ``--before`` measures the other core's classes: (this row's label, statement's class).
+BEFORE = {
+    "compatfn (positional)": "Native",
+    "compatfn (keyword)": "Native",
+    "compatfn (default)": "Native",
+    "compatfn legacy (positional)": "Legacy",
+    "compatfn legacy (keyword)": "Legacy",
+    "compatfn intermediates=1 (positional)": "Inter",
+}
+
+
+def _before_rows(rows: List[Tuple[str, str, str, str]]) -> List[Tuple[str, str, str, str]]:
+    """Each compatfn row again, on the classes of the ``--before`` core (``<Name>Before``)."""
+    out = []
+    for kind, label, stmt, base in rows:
+        out.append((kind, label, stmt, base))
+        name = BEFORE.get(label)
+        if name is not None:
+            out.append((kind, f"{label} [before]", stmt.replace(name, name + "Before"), base))
+    return out
+
+
+def load_core(path: str) -> Any:
+    """Another copy of compatfn's ``core.py``, imported under its own name (core is vendorable)."""
+    spec = importlib.util.spec_from_file_location("overhead_core_before", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _rows() -> List[Tuple[str, str, str, str]]:
@@ -231,7 +266,9 @@ def _targets(kind: str, label: str, phase: str) -> Optional[float]:
     return None
 
 
-def measure(rounds: int, min_run_time: float, device: str = "cpu") -> List[Dict[str, Any]]:
+def measure(
+    rounds: int, min_run_time: float, device: str = "cpu", before: Any = None
+) -> List[Dict[str, Any]]:
     env: Dict[str, Any] = {
         "HandLegacy": HandLegacy,
         "hand_sliced": hand_sliced,
@@ -243,10 +280,16 @@ def measure(rounds: int, min_run_time: float, device: str = "cpu") -> List[Dict[
         env["Native"] = compatfn.function(make_new())
     env["Legacy"] = compatfn.function(make_new(), legacy=True)
     env["Op"] = make_op()
+    rows = _rows()
+    if before is not None:
+        env["InterBefore"] = make_intermediates(before.function)
+        if HAS_SETUP_CONTEXT:
+            env["NativeBefore"] = before.function(make_new())
+        env["LegacyBefore"] = before.function(make_new(), legacy=True)
+        rows = _before_rows(rows)
     x0 = torch.ones(1, device=device)
     xg = torch.ones(1, device=device, requires_grad=True)
     g = torch.ones(1, device=device)
-    rows = _rows()
     best: Dict[Tuple[str, str], float] = {}
     for _ in range(rounds):
         for _kind, label, stmt, _ in rows:
@@ -272,20 +315,23 @@ def measure(rounds: int, min_run_time: float, device: str = "cpu") -> List[Dict[
                     "ratio": t / best[(base, phase)],
                     "baseline": base,
                     "target": _targets(kind, label, phase),
-                    "mode": _mode(kind, env),
+                    "mode": _mode(kind, label, env, before),
                 }
             )
     return out
 
 
-def _mode(kind: str, env: Dict[str, Any]) -> str:
+def _mode(kind: str, label: str, env: Dict[str, Any], before: Any) -> str:
+    if label.startswith(("undecorated", "hand-written")):
+        return "torch"
     if kind == "op":
         from compatfn.library import TIER
 
         return "op:" + TIER
-    if kind == "intermediates":
-        return compatfn.mode(env["Inter"])
-    return compatfn.mode(env["Native" if kind == "native" else "Legacy"])
+    name = {"intermediates": "Inter", "native": "Native"}.get(kind, "Legacy")
+    if label.endswith("[before]"):
+        return str(before.mode(env[name + "Before"]))
+    return compatfn.mode(env[name])
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -299,7 +345,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         help="folder for the JSON result (default: benchmarks/results; '' writes none)",
     )
     p.add_argument("--device", default="cpu", help="where the 1-element tensor lives (cpu, cuda)")
+    p.add_argument("--before", default=None, help="another core.py to measure side by side")
     args = p.parse_args(argv)
+    before = load_core(args.before) if args.before else None
     rounds, mrt = (1, 0.05) if args.quick else (args.rounds, args.min_run_time)
     torch.set_num_threads(1)
     print(
@@ -307,7 +355,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         f"{platform.python_version()}, 1-element {args.device} tensor, µs per call "
         f"(best of {rounds})"
     )
-    rows = measure(rounds, mrt, args.device)
+    rows = measure(rounds, mrt, args.device, before)
     print(f"{'path':14} {'call':34} {'phase':12} {'µs':>8} {'ratio':>6}  target")
     for r in rows:
         target = (

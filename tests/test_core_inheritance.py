@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import compatfn
-from toy_functions import make_scale
+from toy_functions import FORCED, expected_mode, make_scale
 
 NATIVE_TORCH = hasattr(torch.autograd.Function, "setup_context")
 # legacy=None: the path this torch (and COMPATFN_LEGACY) picks; True: the legacy path forced.
@@ -94,7 +94,7 @@ EXPECTED = {  # [(y, dy/dx) for apply(x), (y, dy/dx) for apply(x, factor=3)], x 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_subclass_overriding_any_subset(legacy, name):
     cls = _family(legacy)[name]
-    assert compatfn.mode(cls) == ("legacy" if legacy or not NATIVE_TORCH else compatfn.mode(cls))
+    assert compatfn.mode(cls) == expected_mode(bool(legacy) or FORCED)
     assert _run(cls) == EXPECTED[name]
 
 
@@ -113,7 +113,7 @@ def test_native_subclass_of_legacy_forced_base_is_native():
     class Native(family["OnlyForward"]):
         pass
 
-    assert compatfn.mode(Native) == "native"
+    assert compatfn.mode(Native) == expected_mode()
     assert _run(Native) == EXPECTED["OnlyForward"]
 
 
@@ -151,6 +151,27 @@ def test_undecorated_subclass_overriding_backward_uses_torchs_apply(legacy):
     x = _x()
     Undecorated.apply(x, 2.0).sum().backward()
     assert x.grad.tolist() == [7.0, 7.0]
+
+
+@pytest.mark.parametrize("legacy", PATHS, ids=["default-path", "legacy-forced"])
+def test_undecorated_subclass_overriding_only_setup_context(legacy):
+    """Native and dual bases: the subclass is the setup_context-style class its author wrote,
+    run by torch's apply; on the legacy path its apply refuses, naming the fix."""
+    base = _family(legacy)["Base"]
+
+    class Undecorated(base):
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.factor = inputs[1] + 1
+
+    x = _x()
+    if expected_mode(bool(legacy) or FORCED) == "legacy":
+        with pytest.raises(TypeError, match=r"Undecorated subclasses a class decorated with "):
+            Undecorated.apply(x, 2.0)
+        return
+    y = Undecorated.apply(x, 2.0)
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    assert (y.tolist(), grad.tolist()) == ([2.0, 4.0], [3.0, 3.0])
 
 
 # --- classmethods ------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import torch
 
 import compatfn
 from compatfn import core
+from toy_functions import FORCED, expected_mode
 
 HAS_FUNC = compatfn.features()["torch_func"]
 
@@ -66,7 +67,7 @@ TRANSFORMS = {
 @pytest.mark.parametrize("transform", sorted(TRANSFORMS))
 def test_transforms_match_undecorated(transform, vmap_rule):
     decorated = make_scale(True, vmap_rule)
-    if compatfn.mode(decorated) == "legacy":
+    if expected_mode(FORCED) == "legacy":
         with pytest.raises(RuntimeError, match=r"runs on the legacy path .* torch\.func"):
             TRANSFORMS[transform](decorated.apply, torch.randn(3, 4))
         return
@@ -82,12 +83,13 @@ def test_transforms_match_undecorated(transform, vmap_rule):
 
 @pytest.mark.skipif(not HAS_FUNC, reason=f"torch {torch.__version__} has no torch.func")
 def test_first_transform_in_fresh_process():
-    """torch 2.3.x fails the first transform of a process unless dynamo was imported (#128607)."""
+    """torch 2.3.x fails the first transform of a process unless dynamo was imported (#128607).
+    ``legacy=False``: the transform runs in the ``-legacy`` sessions too."""
     code = textwrap.dedent(
         """
         import os, torch, compatfn
 
-        @compatfn.function
+        @compatfn.function(legacy=False)
         class Sq(torch.autograd.Function):
             generate_vmap_rule = True
 
@@ -104,10 +106,8 @@ def test_first_transform_in_fresh_process():
                 (x,) = ctx.saved_tensors
                 return 2 * x * grad
 
-        if compatfn.mode(Sq) == "native":
-            print(torch.func.vmap(Sq.apply)(torch.ones(2, 3)).sum().item())
-        else:
-            print(6.0)
+        assert compatfn.mode(Sq) != "legacy", compatfn.mode(Sq)
+        print(torch.func.vmap(Sq.apply)(torch.ones(2, 3)).sum().item())
         """
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -126,3 +126,72 @@ def test_transforms_on_torch_1x_raise_a_clear_error():
     with pytest.raises(RuntimeError, match=r"from torch 2\.0 on \(torch\.func\)"):
         functorch.vmap(decorated.apply)(torch.randn(3, 4))
     assert core.TORCH_VERSION < (2, 0)
+
+
+needs_func = pytest.mark.skipif(not HAS_FUNC, reason=f"torch {torch.__version__} has no torch.func")
+
+
+def _exp_with_intermediate():
+    """exp(x), returning exp(x) again as an intermediate that setup_context saves."""
+
+    @compatfn.function(intermediates=1, legacy=False)
+    class Exp(torch.autograd.Function):
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(x):
+            y = x.exp()
+            return y, y.detach()
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            _, saved = output
+            ctx.save_for_backward(saved)
+            ctx.save_for_forward(saved)
+
+        @staticmethod
+        def backward(ctx, grad):  # one gradient: the intermediate's never reaches backward
+            (saved,) = ctx.saved_tensors
+            return grad * saved
+
+        @staticmethod
+        def jvp(ctx, tangent):
+            (saved,) = ctx.saved_tensors
+            return tangent * saved
+
+    return Exp
+
+
+@needs_func
+@pytest.mark.parametrize("transform", ["jacrev", "jvp", "vmap", "grad"])
+def test_intermediates_under_torch_func(transform):
+    """Transforms see the public output only; the intermediate gets no gradient (backward and
+    jvp take and give the public output's alone)."""
+    core.prepare_torch_func()
+    exp = _exp_with_intermediate()
+    assert compatfn.mode(exp) == "dual"
+    x = torch.randn(3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    run = TRANSFORMS[transform]
+    torch.testing.assert_close(run(exp.apply, x), run(torch.exp, x))
+
+
+@needs_func
+def test_decorated_subclass_overriding_vmap():
+    """The subclass's own vmap runs under vmap, on every path torch.func supports."""
+    core.prepare_torch_func()
+    seen = []
+    base = make_scale(True, "generate")
+
+    @compatfn.function(legacy=False)
+    class Sub(base):
+        generate_vmap_rule = False
+
+        @staticmethod
+        def vmap(info, in_dims, x, scale=1.0):
+            seen.append(in_dims)
+            return Sub.apply(x.movedim(in_dims[0], 0), scale), 0
+
+    x = torch.randn(3, 4, dtype=torch.float64)
+    out = torch.func.vmap(lambda t: Sub.apply(t, 2.0))(x)
+    torch.testing.assert_close(out, x * x * 2)
+    assert seen == [(0, None)]

@@ -8,11 +8,34 @@ Imported as ``from toy_functions import make_clip``: pytest puts ``tests/`` on `
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any, Callable, Optional
 
 import torch
 
 import compatfn
+
+#: Whether this session forces the legacy path (``COMPATFN_LEGACY=1``, the ``-legacy`` sessions).
+FORCED = os.environ.get("COMPATFN_LEGACY", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def expected_mode(forced: bool = False) -> str:
+    """What ``compatfn.mode`` must answer for a setup_context-style class on this torch, pinned
+    per release: the legacy path on torch 1.x or when forced; the legacy form with a torch.func
+    copy (``"dual"``) on 2.0-2.12, where dynamo mishandles the setup_context style; the class as
+    written from 2.13.
+
+    Example::
+
+        assert compatfn.mode(make_clip()) == expected_mode(FORCED)
+    """
+    match = re.match(r"(\d+)\.(\d+)", str(torch.__version__))
+    assert match is not None, torch.__version__
+    release = (int(match.group(1)), int(match.group(2)))
+    if forced or release < (2, 0):
+        return "legacy"
+    return "dual" if release < (2, 13) else "native"
 
 
 def make_clip(
@@ -52,19 +75,31 @@ def make_clip(
     return compatfn.function(Clip, legacy=legacy) if decorated else Clip
 
 
-class HandWrittenClip(torch.autograd.Function):
-    """The same clipped ReLU hand-written in the legacy form, without compatfn: the baseline
-    that shows what torch itself supports."""
+def make_hand_written_clip() -> Any:
+    """The same clipped ReLU hand-written in the legacy form, without compatfn: the control that
+    shows what torch itself supports. A fresh class per call (dynamo keeps state per class).
 
-    @staticmethod
-    def forward(ctx, x, clip=1.0):  # type: ignore[no-untyped-def,override]
-        ctx.save_for_backward((x > 0) & (x < clip))
-        return x.clamp(0, clip)
+    Example::
 
-    @staticmethod
-    def backward(ctx, grad):  # type: ignore[no-untyped-def,override]
-        (mask,) = ctx.saved_tensors
-        return grad * mask, None
+        make_hand_written_clip().apply(torch.randn(4), 0.5)
+    """
+
+    class HandWrittenClip(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, clip=1.0):  # type: ignore[no-untyped-def,override]
+            ctx.save_for_backward((x > 0) & (x < clip))
+            return x.clamp(0, clip)
+
+        @staticmethod
+        def backward(ctx, grad):  # type: ignore[no-untyped-def,override]
+            (mask,) = ctx.saved_tensors
+            return grad * mask, None
+
+    return HandWrittenClip
+
+
+#: One hand-written control, for tests that need no fresh class.
+HandWrittenClip = make_hand_written_clip()
 
 
 def make_scale(

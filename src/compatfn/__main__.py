@@ -217,11 +217,11 @@ CUSTOM_OP_NOTES = {
 
 #: What each ``features()["compile"]`` value means (the docs' torch.compile table, in short).
 COMPILE_NOTES = {
-    "native": "functional(Fn) and Fn.apply compile with fullgraph=True (keywords to a direct "
-    "Fn.apply(...) call need torch >= 2.13 or functional(Fn))",
-    "functional": "functional(Fn), torch.compile(Fn.apply) and legacy=True classes compile; a "
-    "direct Fn.apply(...) call in compiled code of a setup_context-style class does not "
-    "(pytorch #118397)",
+    "native": "Fn.apply, functional(Fn) and torch.compile(Fn.apply) of decorated classes compile "
+    "with fullgraph=True wherever a hand-written Function does",
+    "functional": "dynamo rejects setup_context-style classes written without compatfn "
+    "(pytorch #118397); decorated classes take the legacy form here (mode 'dual'), so Fn.apply, "
+    "functional(Fn) and torch.compile(Fn.apply) compile wherever a hand-written Function does",
 }
 
 

@@ -265,12 +265,14 @@ def _check_forward_ad(case: _Case) -> Optional[str]:
 def _check_parity(case: _Case) -> Optional[str]:
     if not case.is_class:
         return "not a Function class"
-    if compatfn.mode(case.fn) != "native":
-        why = (
-            "torch < 2.0 has only the legacy path"
-            if not core.HAS_SETUP_CONTEXT
-            else "it runs on the legacy path (legacy=True or COMPATFN_LEGACY=1)"
-        )
+    mode = compatfn.mode(case.fn)
+    if mode != "native":
+        if mode == "dual":
+            why = "it takes the legacy form on this torch (mode 'dual'), as the legacy path does"
+        elif not core.HAS_SETUP_CONTEXT:
+            why = "torch < 2.0 has only the legacy path"
+        else:
+            why = "it runs on the legacy path (legacy=True or COMPATFN_LEGACY=1)"
         return f"{case.name} has no native path to compare: {why}"
     native_out, native_grads, _ = _run(case.fn.apply, case.inputs, case.kwargs)
     legacy_out, legacy_grads, _ = _run(compatfn.as_legacy(case.fn).apply, case.inputs, case.kwargs)
@@ -300,18 +302,13 @@ def _check_compile(case: _Case) -> Optional[str]:
     targets: List[Tuple[str, Callable[..., Any]]] = [
         ("compatfn.functional", compatfn.functional(case.fn) if case.is_class else case.fn)
     ]
-    if case.is_class and core.COMPILES_SETUP_CONTEXT:
+    if case.is_class:  # a direct Fn.apply compiles wherever a hand-written Function does
         targets.append(("apply", case.fn.apply))
     limitation = None
     for label, target in targets:
         limitation = _compiled_matches_eager(case, target, label)
         if limitation:  # a torch limitation, proven by the plain-torch probe
             break
-    if case.is_class and not core.COMPILES_SETUP_CONTEXT:
-        case.notes["compile(apply)"] = (
-            "direct Fn.apply of setup_context Functions compiles from torch 2.4 "
-            "(pytorch #118397); compatfn.functional(Fn) was compiled instead"
-        )
     return limitation
 
 
@@ -335,8 +332,8 @@ def _vmap_skip_reason(case: _Case) -> Optional[str]:
         return "not a Function class"
     if not (getattr(case.fn, "generate_vmap_rule", False) or case.defines("vmap")):
         return f"{case.name} has neither generate_vmap_rule = True nor a vmap staticmethod"
-    if compatfn.mode(case.fn) != "native":
-        return "torch.func needs the native setup_context path; this class runs legacy"
+    if compatfn.mode(case.fn) == "legacy":
+        return "torch.func needs the setup_context style; this class runs on the legacy path"
     return None
 
 
