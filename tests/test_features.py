@@ -17,6 +17,7 @@ from packaging.version import Version
 
 import compatfn
 from compatfn import core, library
+from compatfn.library import _facts as library_facts
 
 TORCH = Version(str(torch.__version__)).release[:2]
 PYTHON = sys.version_info[:2]
@@ -60,7 +61,7 @@ def test_module_level_probes() -> None:
     # The meta device: not on torch 1.8 (measured), there from 1.13 (measured) and on every 2.x.
     assert library.HAS_META_DEVICE is (TORCH >= (1, 9))
     # torch.compile functionalizes mutating custom ops from 2.2; 2.1 raises (measured).
-    assert library._has_auto_functionalize() is (TORCH >= (2, 2))
+    assert library_facts.has_auto_functionalize() is (TORCH >= (2, 2))
 
 
 PROBES = [("apply_kwargs", "_probe_kwargs"), ("forward_ad", "_probe_forward_ad")]
