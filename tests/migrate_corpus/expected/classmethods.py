@@ -8,9 +8,9 @@ SparsemaxBisectFunction subclass: cls helpers overridden in a subclass that chai
 chain). Written for compatfn's tests.
 """
 
+import compatfn
 import torch
 from torch.autograd import Function
-import compatfn
 
 
 @compatfn.function(intermediates=1)

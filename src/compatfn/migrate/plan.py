@@ -1,0 +1,426 @@
+"""Plan: decide, class by class, what becomes of each Function of a module (or why not)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from .analysis import ForwardAnalysis, body_statements
+from .methods import (
+    delegate,
+    drop_first_params,
+    forward_return,
+    setup_context_method,
+    setup_lines,
+    strip_ctx_decorators,
+    tidy_first,
+    with_kind,
+)
+from .names import Names
+from .syntax import (
+    Refused,
+    decorator_name,
+    dotted,
+    loaded_names,
+    method_kind,
+    positional_params,
+    source_of,
+    statement,
+    tuple_target,
+    walk,
+)
+
+FUNCTION_BASES = {"torch.autograd.Function", "torch.autograd.function.Function"}
+PURE_BUILTINS = {"dict", "tuple", "list", "int", "float", "bool", "str", "slice"}
+AUTOGRAD_METHODS = ("forward", "backward", "jvp", "vjp", "vmap")
+
+
+@dataclass
+class Plan:
+    """What becomes of one Function class."""
+
+    node: cst.ClassDef
+    name: str
+    base: Optional[Plan] = None
+    intermediates: int = 0
+    forward_params: List[cst.Param] = field(default_factory=list)
+    forward_impl: bool = False  # forward's body lives in a classmethod _forward_impl
+    forward_decorators: List[cst.Decorator] = field(default_factory=list)
+    backward_impl: Optional[List[cst.Param]] = None  # params of backward if in _backward_impl
+    backward_decorators: List[cst.Decorator] = field(default_factory=list)
+    setup_tail: List[cst.BaseStatement] = field(default_factory=list)  # after inputs unpacking
+    needed_inputs: Set[str] = field(default_factory=set)
+    setup_ctx: str = "ctx"
+    setup_names: Tuple[str, str] = ("inputs", "output")
+    replacements: Dict[int, List[cst.BaseStatement]] = field(default_factory=dict)
+    additions: List[cst.BaseStatement] = field(default_factory=list)
+    refusal: Optional[Refused] = None
+    decorate: bool = False
+
+
+def methods_of(node: cst.ClassDef) -> Dict[str, cst.FunctionDef]:
+    found = {}
+    if isinstance(node.body, cst.IndentedBlock):
+        for stmt in node.body.body:
+            if isinstance(stmt, cst.FunctionDef):
+                found[stmt.name.value] = stmt
+    return found
+
+
+def _grad_count(backward: Optional[cst.FunctionDef]) -> Optional[int]:
+    if backward is None:
+        return None
+    params = backward.params
+    if params.star_arg not in (cst.MaybeSentinel.DEFAULT, None):
+        return None
+    skip = 2 if method_kind(backward) == "class" else 1
+    return len([*params.posonly_params, *params.params]) - skip
+
+
+def _super_call(fn: cst.FunctionDef, ctx: str) -> Optional[cst.Call]:
+    """The call in a forward whose body is only ``return super().forward(ctx, ...)``."""
+    body = [
+        s
+        for s in body_statements(fn)
+        if not (
+            isinstance(s, cst.SimpleStatementLine)
+            and isinstance(s.body[0], cst.Expr)
+            and isinstance(s.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+        )
+    ]
+    for node in walk(fn):
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and isinstance(node.func.value, cst.Call)
+            and dotted(node.func.value.func) == "super"
+        ):
+            break
+    else:
+        return None
+    if (
+        len(body) == 1
+        and isinstance(body[0], cst.SimpleStatementLine)
+        and isinstance(body[0].body[0], cst.Return)
+    ):
+        value = body[0].body[0].value
+        if (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value == "forward"
+            and isinstance(value.func.value, cst.Call)
+            and dotted(value.func.value.func) == "super"
+            and value.args
+            and isinstance(value.args[0].value, cst.Name)
+            and value.args[0].value.value == ctx
+        ):
+            return value
+    raise Refused("forward calls super() other than as `return super().forward(ctx, ...)`", fn)
+
+
+def _pure(expr: cst.BaseExpression) -> bool:
+    for node in walk(expr, into_scopes=True):
+        if isinstance(node, cst.Call) and dotted(node.func) not in PURE_BUILTINS:
+            return False
+    return True
+
+
+class Planner:
+    """Plans and applies the migration of every Function class of one module."""
+
+    def __init__(self, module: cst.Module, decorator: str) -> None:
+        self.module = module
+        self.names = Names(module)
+        mod, _, func = decorator.partition(":")
+        self.import_module, _, self.api = mod.rpartition(".")
+        self.api_module = mod
+        self.function_name = func
+        self.plans: Dict[str, Plan] = {}
+        self.children: Dict[str, List[str]] = {}
+
+    # -- discovery
+
+    def function_classes(self) -> List[cst.ClassDef]:
+        found: List[cst.ClassDef] = []
+        known: Set[str] = set()
+        for node in walk(self.module, into_scopes=True):
+            if not isinstance(node, cst.ClassDef):
+                continue
+            for base in node.bases:
+                if base.keyword is not None:
+                    continue
+                qualified = self.names.qualify(base.value)
+                local = dotted(base.value)
+                if qualified in FUNCTION_BASES or local in known:
+                    found.append(node)
+                    known.add(node.name.value)
+                    if local in known and local != node.name.value:
+                        self.children.setdefault(local, []).append(node.name.value)
+                    break
+        return found
+
+    def _in_file_base(self, node: cst.ClassDef) -> Optional[Plan]:
+        for base in node.bases:
+            local = dotted(base.value)
+            if local in self.plans:
+                return self.plans[local]
+        return None
+
+    def already_decorated(self, node: cst.ClassDef) -> bool:
+        return any(self.is_our_decorator(d) for d in node.decorators)
+
+    # -- planning
+
+    def plan(self, node: cst.ClassDef) -> Plan:
+        plan = Plan(node=node, name=node.name.value, base=self._in_file_base(node))
+        self.plans[plan.name] = plan
+        try:
+            self._plan(plan)
+        except Refused as refused:
+            plan.refusal = refused
+        except RecursionError:
+            raise  # the whole file is too deep: reported by the command, the run goes on
+        except Exception as error:  # a case this codemod does not foresee: refuse, never crash
+            plan.refusal = Refused(
+                f"migrate cannot analyse this class ({type(error).__name__}: {error}); "
+                "please report it"
+            )
+        return plan
+
+    def _plan(self, plan: Plan) -> None:
+        methods = methods_of(plan.node)
+        if "setup_context" in methods:
+            return  # already in the setup_context style
+        base = plan.base
+        if base is not None and base.refusal is not None:
+            raise Refused(f"its base class {base.name} is not migrated")
+        forward = methods.get("forward")
+        if forward is None:
+            if base is not None and base.decorate:
+                self._plan_inherited(plan, base)
+            return
+        kind = method_kind(forward)
+        if kind == "instance":
+            raise Refused("forward is neither a @staticmethod nor a @classmethod", forward)
+        plan.decorate = True
+        params = positional_params(forward, "forward")
+        ctx = (
+            params[1 if kind == "class" else 0].name.value
+            if len(params) > (kind == "class")
+            else ""
+        )
+        call = _super_call(forward, ctx) if kind == "class" and ctx else None
+        if call is not None:
+            self._plan_super(plan, forward, call)
+        else:
+            self._plan_forward(plan, forward, kind, _grad_count(methods.get("backward")))
+        self._plan_backward(plan, methods)
+
+    def _plan_inherited(self, plan: Plan, base: Plan) -> None:
+        plan.decorate = True
+        plan.intermediates = base.intermediates
+        plan.forward_params = base.forward_params
+        methods = methods_of(plan.node)
+        if base.forward_impl and "_forward_impl" not in methods:
+            plan.additions.append(
+                delegate("forward", base.forward_params, f"{plan.name}._forward_impl", [])
+            )
+        self._plan_backward(plan, methods)
+
+    def _plan_forward(
+        self, plan: Plan, forward: cst.FunctionDef, kind: str, grads: Optional[int]
+    ) -> None:
+        analysis = ForwardAnalysis(forward, kind, grads)
+        split = analysis.split()
+        plan.intermediates = len(split.values.intermediates)
+        plan.forward_params = split.params
+        plan.setup_ctx = split.ctx
+        decorators = strip_ctx_decorators(forward, self.names, self.api, "forward")
+        body = forward_return(split, split.forward_body)
+        uses_cls = analysis.cls is not None and any(analysis.cls in loaded_names(s) for s in body)
+        plan.forward_impl = uses_cls or (kind == "class" and bool(self.children.get(plan.name)))
+        new_forward = forward.with_changes(body=forward.body.with_changes(body=body))
+        drop = 2 if kind == "class" else 1
+        if plan.forward_impl:
+            impl = drop_first_params(new_forward, drop)
+            impl = impl.with_changes(
+                name=cst.Name("_forward_impl"),
+                params=impl.params.with_changes(
+                    params=[cst.Param(cst.Name(analysis.cls or "cls")), *impl.params.params]
+                ),
+            )
+            impl = with_kind(impl, "classmethod", [])
+            public = delegate("forward", split.params, f"{plan.name}._forward_impl", decorators)
+            methods = [impl, public]
+        else:
+            methods = [
+                with_kind(drop_first_params(new_forward, drop), "staticmethod", decorators)
+            ]
+        taken = set(analysis.taken)
+        inputs_name, output_name, unpack_in, unpack_out = setup_lines(split, taken)
+        plan.needed_inputs = split.values.inputs
+        plan.setup_names = (inputs_name, output_name)
+        plan.setup_tail = [*unpack_out, *tidy_first(split.ctx_statements)]
+        setup = setup_context_method(split.ctx, inputs_name, output_name, [*unpack_in, *plan.setup_tail])
+        plan.replacements[id(forward)] = [*methods, setup]
+
+    def _plan_super(self, plan: Plan, forward: cst.FunctionDef, call: cst.Call) -> None:
+        base = plan.base
+        if base is None or not base.decorate:
+            raise Refused(
+                "forward chains super().forward(ctx, ...) to a class migrate does not migrate "
+                "in this file",
+                forward,
+            )
+        if not base.forward_impl:
+            raise Refused("forward chains to a base whose forward is not a @classmethod", forward)
+        params = positional_params(forward, "forward")[2:]
+        plan.forward_params = params
+        plan.intermediates = base.intermediates
+        plan.forward_impl = True
+        given = self._bind_super_args(forward, call, base, {p.name.value for p in params})
+        bound = {
+            name: expr
+            for name, expr in given.items()
+            if not (isinstance(expr, cst.Name) and expr.value == name)
+        }
+        decorators = strip_ctx_decorators(forward, self.names, self.api, "forward")
+        body = forward.body
+        assert isinstance(body, cst.IndentedBlock)
+        ret = body.body[-1]
+        assert isinstance(ret, cst.SimpleStatementLine)
+        new_call = call.with_changes(
+            func=call.func.with_changes(attr=cst.Name("_forward_impl")),  # type: ignore[attr-defined]
+            args=call.args[1:],
+        )
+        new_ret = ret.with_changes(body=[cst.Return(new_call)])
+        impl = drop_first_params(forward, 2).with_changes(
+            name=cst.Name("_forward_impl"),
+            body=body.with_changes(body=[*body.body[:-1], new_ret]),
+        )
+        cls_param = positional_params(forward, "forward")[0]
+        impl = impl.with_changes(
+            params=impl.params.with_changes(params=[cls_param, *impl.params.params])
+        )
+        impl = with_kind(impl, "classmethod", [])
+        public = delegate("forward", params, f"{plan.name}._forward_impl", decorators)
+        ctx = positional_params(forward, "forward")[1].name.value
+        inputs_name, output_name = base.setup_names
+        own = {p.name.value for p in params} | set(bound)
+        if own & {inputs_name, output_name, base.setup_ctx} or base.setup_ctx != ctx:
+            raise Refused(
+                f"setup_context of {base.name} names ({base.setup_ctx}, {inputs_name}, "
+                f"{output_name}) clash with this forward's parameters",
+                forward,
+            )
+        needed = set().union(set(), *(loaded_names(v) for v in given.values()))
+        lines: List[cst.BaseStatement] = []
+        if needed:
+            names = [p.name.value if p.name.value in needed else "_" for p in params]
+            lines.append(statement(f"{tuple_target(names)} = {inputs_name}\n"))
+        if bound:
+            targets = list(bound)
+            values = ", ".join(source_of(bound[t]) for t in targets)
+            lines.append(
+                statement(f"{tuple_target(targets)} = {values}{',' if len(targets) == 1 else ''}\n")
+            )
+        tail = base.setup_tail
+        setup = setup_context_method(ctx, inputs_name, output_name, [*lines, *tail])
+        plan.setup_tail = tail
+        plan.setup_ctx = ctx
+        plan.setup_names = base.setup_names
+        plan.needed_inputs = {p.name.value for p in params} & needed
+        plan.replacements[id(forward)] = [impl, public, setup]
+
+    def _bind_super_args(
+        self, forward: cst.FunctionDef, call: cst.Call, base: Plan, own: Set[str]
+    ) -> Dict[str, cst.BaseExpression]:
+        """Base parameter -> the expression the super call passes for it (needed ones only)."""
+        names = [p.name.value for p in base.forward_params]
+        given: Dict[str, cst.BaseExpression] = {}
+        for index, arg in enumerate(call.args[1:]):
+            if arg.star:
+                raise Refused("super().forward(...) is called with * or ** arguments", forward)
+            key = arg.keyword.value if arg.keyword else names[index] if index < len(names) else ""
+            if key not in names:
+                raise Refused(f"super().forward(...) passes an unknown argument {key}", forward)
+            given[key] = arg.value
+        for param in base.forward_params:
+            if param.name.value not in given and param.default is not None:
+                given[param.name.value] = param.default
+        bound = {}
+        for name in names:
+            if name not in base.needed_inputs:
+                continue
+            if name not in given:
+                raise Refused(f"super().forward(...) does not pass {name}", forward)
+            expr = given[name]
+            if not _pure(expr) or not loaded_names(expr) <= own | set(PURE_BUILTINS) | set(
+                self.names.imports
+            ):
+                raise Refused(
+                    f"super().forward(...) passes {source_of(expr)} for {name}, which setup_context "
+                    "cannot compute again",
+                    forward,
+                )
+            bound[name] = expr
+        return bound
+
+    def _plan_backward(self, plan: Plan, methods: Dict[str, cst.FunctionDef]) -> None:
+        for name in AUTOGRAD_METHODS[1:]:
+            fn = methods.get(name)
+            if fn is None:
+                continue
+            kind = method_kind(fn)
+            decorators = strip_ctx_decorators(fn, self.names, self.api, name)
+            if kind == "static":
+                if (
+                    decorators != list(fn.decorators)[1:]
+                    or decorator_name(fn.decorators[0]) != "staticmethod"
+                ):
+                    keep = [d for d in fn.decorators if decorator_name(d) == "staticmethod"]
+                    plan.replacements[id(fn)] = [
+                        with_kind(fn.with_changes(decorators=keep), "staticmethod", decorators)
+                    ]
+                continue
+            if kind != "class":
+                raise Refused(f"{name} is neither a @staticmethod nor a @classmethod", fn)
+            params = positional_params(fn, name)
+            cls_name = params[0].name.value
+            if not any(cls_name in loaded_names(s) for s in body_statements(fn)):
+                plan.replacements[id(fn)] = [
+                    with_kind(drop_first_params(fn, 1), "staticmethod", decorators)
+                ]
+                continue
+            if name != "backward":
+                raise Refused(f"{name} uses {cls_name}", fn)
+            if any(isinstance(n, cst.Call) and dotted(n.func) == "super" for n in walk(fn)):
+                raise Refused("backward calls super()", fn)
+            impl = with_kind(fn.with_changes(name=cst.Name("_backward_impl")), "classmethod", [])
+            public = delegate("backward", params[1:], f"{plan.name}._backward_impl", decorators)
+            plan.backward_impl = params[1:]
+            plan.replacements[id(fn)] = [impl, public]
+        base = plan.base
+        if "backward" not in methods and base is not None:
+            inherited = self._inherited_backward(base)
+            if inherited is not None:
+                plan.backward_impl = inherited
+                plan.additions.append(
+                    delegate("backward", inherited, f"{plan.name}._backward_impl", [])
+                )
+
+    def _inherited_backward(self, base: Optional[Plan]) -> Optional[List[cst.Param]]:
+        while base is not None:
+            if base.backward_impl is not None:
+                return base.backward_impl
+            if "backward" in methods_of(base.node):
+                return None
+            base = base.base
+        return None
+
+    def is_our_decorator(self, decorator: cst.Decorator) -> bool:
+        expr = decorator.decorator
+        head = expr.func if isinstance(expr, cst.Call) else expr
+        return self.names.qualify(head) == f"{self.api_module}.{self.function_name}"
