@@ -27,8 +27,12 @@ CTX_METHODS = {
     "mark_non_differentiable",
     "set_materialize_grads",
 }
+#: Calls that draw random numbers, matched anywhere in the called name (``np.random.choice``,
+#: ``torch.randperm``, ``rng.integers``, ``dist.sample``): their values stay in forward.
 RANDOM_CALL = re.compile(
-    r"rand|bernoulli|multinomial|normal|uniform|dropout|rng|seed|exponential|geometric|cauchy|poisson"
+    r"rand|bernoulli|multinomial|normal|uniform|dropout|rng|seed|exponential|geometric|cauchy|"
+    r"poisson|choice|permut|shuffle|sample|generator|gumbel|noise",
+    re.IGNORECASE,
 )
 
 
@@ -170,7 +174,7 @@ def _value_expressions(small: cst.BaseSmallStatement) -> List[cst.BaseExpression
 def _draws_random(expr: cst.CSTNode) -> bool:
     for node in walk(expr, into_scopes=True):
         if isinstance(node, cst.Call):
-            name = (dotted(node.func) or "").rsplit(".", 1)[-1]
+            name = dotted(node.func) or source_of(node.func)
             if RANDOM_CALL.search(name):
                 return True
     return False
@@ -206,6 +210,8 @@ class ForwardAnalysis:
         moved: List[cst.BaseStatement] = []
         returns = _returns(self.body)
         has_ctx = any(is_ctx_statement(s, self.ctx) for s in self.body)
+        if has_ctx and not returns:
+            raise Refused("forward has no return statement; end it with `return <output>`", self.fn)
         if has_ctx and (len(returns) != 1 or not self._ends_with(returns[0])):
             raise Refused(
                 "forward returns from more than one place (an early return skips ctx calls)",

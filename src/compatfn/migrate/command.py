@@ -8,6 +8,7 @@ Example::
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import tempfile
@@ -80,6 +81,8 @@ def on_deep_stack(function: Callable[..., Any], *args: Any) -> Any:
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace ``path`` by ``data`` in one step (a temporary file beside it, then a rename), so
     that a failure leaves the old file whole; the file's permission bits are kept."""
+    if not os.access(path, os.W_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
     mode = path.stat().st_mode & 0o7777
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -71,7 +71,13 @@ def forward_return(split: Split, body: List[cst.BaseStatement]) -> List[cst.Base
     last = body[-1]
     assert isinstance(last, cst.SimpleStatementLine)
     ret = last.body[-1]
-    assert isinstance(ret, cst.Return) and ret.value is not None
+    assert isinstance(ret, cst.Return)
+    if ret.value is None:
+        raise Refused(
+            "forward ends with a bare `return` and needs intermediates; return its output "
+            "(`return None` for none) to let it through",
+            last,
+        )
     extra = [cst.Element(cst.Name(n)) for n in inter]
     value = ret.value
     if isinstance(value, cst.Tuple):

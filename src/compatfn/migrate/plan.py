@@ -389,6 +389,17 @@ class Planner:
                 raise Refused(f"{name} is neither a @staticmethod nor a @classmethod", fn)
             params = positional_params(fn, name)
             cls_name = params[0].name.value
+            calls_super = any(
+                isinstance(n, cst.Call) and dotted(n.func) == "super" for n in walk(fn)
+            )
+            if calls_super:  # zero-argument super() needs the class: not a staticmethod
+                bases = plan.node.bases
+                base = source_of(bases[0].value) if bases else "Base"
+                raise Refused(
+                    f"{name} calls super(), which a @staticmethod cannot do; call "
+                    f"{base}.{name}(ctx, ...) instead to let it through",
+                    fn,
+                )
             if not any(cls_name in loaded_names(s) for s in body_statements(fn)):
                 plan.replacements[id(fn)] = [
                     with_kind(drop_first_params(fn, 1), "staticmethod", decorators)
@@ -396,8 +407,6 @@ class Planner:
                 continue
             if name != "backward":
                 raise Refused(f"{name} uses {cls_name}", fn)
-            if any(isinstance(n, cst.Call) and dotted(n.func) == "super" for n in walk(fn)):
-                raise Refused("backward calls super()", fn)
             impl = with_kind(fn.with_changes(name=cst.Name("_backward_impl")), "classmethod", [])
             public = delegate("backward", params[1:], f"{plan.name}._backward_impl", decorators)
             plan.backward_impl = params[1:]

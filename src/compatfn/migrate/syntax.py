@@ -82,6 +82,8 @@ def bindings(node: cst.CSTNode) -> Tuple[Set[str], Set[str]]:
             _target_names(sub.name, assigned, mutated)  # type: ignore[arg-type]
         elif isinstance(sub, cst.NamedExpr):
             _target_names(sub.target, assigned, mutated)
+        elif isinstance(sub, cst.Del):
+            _target_names(sub.target, assigned, mutated)  # deleted: gone like a reassignment
         elif isinstance(sub, (cst.FunctionDef, cst.ClassDef)) and sub is not node:
             assigned.add(sub.name.value)
         elif isinstance(sub, (cst.Import, cst.ImportFrom)) and not isinstance(
