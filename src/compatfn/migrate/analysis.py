@@ -3,36 +3,29 @@ setup_context runs, classifying every value those statements read (input, output
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
+from .ctx_uses import (
+    ReadBacks,
+    ctx_misuse,
+    draws_random,
+    is_ctx_statement,
+    reads_attribute,
+    value_expressions,
+)
+from .branches import Localize, deferred_attributes, if_tests, split_if
 from .syntax import (
     Refused,
     bindings,
-    dotted,
     fresh_name,
     loaded_names,
     positional_params,
-    source_of,
+    star_param,
+    statement,
     walk,
-)
-
-CTX_METHODS = {
-    "save_for_backward",
-    "save_for_forward",
-    "mark_dirty",
-    "mark_non_differentiable",
-    "set_materialize_grads",
-}
-#: Calls that draw random numbers, matched anywhere in the called name (``np.random.choice``,
-#: ``torch.randperm``, ``rng.integers``, ``dist.sample``): their values stay in forward.
-RANDOM_CALL = re.compile(
-    r"rand|bernoulli|multinomial|normal|uniform|dropout|rng|seed|exponential|geometric|cauchy|"
-    r"poisson|choice|permut|shuffle|sample|generator|gumbel|noise",
-    re.IGNORECASE,
 )
 
 
@@ -60,94 +53,7 @@ class Split:
     output_names: List[Optional[str]]  # one per public output (None: not a plain name)
     output_count: Optional[int]
     ctx: str
-
-
-def _is_ctx_call(node: cst.BaseSmallStatement, ctx: str) -> bool:
-    return (
-        isinstance(node, cst.Expr)
-        and isinstance(node.value, cst.Call)
-        and isinstance(node.value.func, cst.Attribute)
-        and isinstance(node.value.func.value, cst.Name)
-        and node.value.func.value.value == ctx
-        and node.value.func.attr.value in CTX_METHODS
-    )
-
-
-def _is_ctx_attribute(target: cst.BaseExpression, ctx: str) -> bool:
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return all(_is_ctx_attribute(e.value, ctx) for e in target.elements)
-    return (
-        isinstance(target, cst.Attribute)
-        and isinstance(target.value, cst.Name)
-        and target.value.value == ctx
-    )
-
-
-def _is_ctx_small(node: cst.BaseSmallStatement, ctx: str) -> bool:
-    if _is_ctx_call(node, ctx):
-        return True
-    if isinstance(node, cst.Assign):
-        return all(_is_ctx_attribute(t.target, ctx) for t in node.targets)
-    return isinstance(node, cst.AnnAssign) and _is_ctx_attribute(node.target, ctx)
-
-
-def is_ctx_statement(stmt: cst.BaseStatement, ctx: str) -> bool:
-    """A ctx call or ctx attribute assignment, or an ``if`` made only of them."""
-    if isinstance(stmt, cst.SimpleStatementLine):
-        return len(stmt.body) == 1 and _is_ctx_small(stmt.body[0], ctx)
-    if isinstance(stmt, cst.If):
-        orelse = stmt.orelse
-        if isinstance(orelse, cst.If) and not is_ctx_statement(orelse, ctx):
-            return False
-        blocks = [stmt.body, orelse.body] if isinstance(orelse, cst.Else) else [stmt.body]
-        return all(
-            isinstance(b, cst.IndentedBlock) and all(is_ctx_statement(s, ctx) for s in b.body)
-            for b in blocks
-        )
-    return False
-
-
-def _ctx_misuse(stmt: cst.CSTNode, ctx: str) -> Optional[str]:
-    """Why a statement that is not a movable ctx statement uses ctx, or None if it does not."""
-    parents: List[cst.CSTNode] = []
-
-    def visit(node: cst.CSTNode) -> Optional[str]:
-        if isinstance(node, cst.Name) and node.value == ctx:
-            return _describe_ctx_use(node, parents)
-        parents.append(node)
-        try:
-            for child in node.children:
-                found = visit(child)
-                if found:
-                    return found
-        finally:
-            parents.pop()
-        return None
-
-    return visit(stmt)
-
-
-def _describe_ctx_use(name: cst.Name, parents: List[cst.CSTNode]) -> str:
-    parent = parents[-1] if parents else None
-    if isinstance(parent, cst.Arg) and len(parents) > 1 and isinstance(parents[-2], cst.Call):
-        callee = dotted(parents[-2].func) or source_of(parents[-2].func)
-        return f"forward passes ctx to {callee}(); move what it does with ctx into forward"
-    kinds = [
-        ((cst.For, cst.While), "forward uses ctx inside a loop"),
-        ((cst.FunctionDef, cst.Lambda), "forward uses ctx inside a nested function"),
-        ((cst.With, cst.Try), "forward uses ctx inside a with/try block"),
-        (
-            (cst.If,),
-            "forward uses ctx inside an if block that also computes values "
-            "(a conditional save that depends on data)",
-        ),
-    ]
-    for types, reason in kinds:
-        if any(isinstance(node, types) for node in parents):
-            return reason
-    if isinstance(parent, cst.Attribute):
-        return f"forward reads ctx.{parent.attr.value} back"
-    return "forward uses ctx in a way migrate cannot move to setup_context"
+    star: Optional[str] = None  # the *args parameter
 
 
 def _returns(body: Sequence[cst.BaseStatement]) -> List[cst.Return]:
@@ -163,47 +69,41 @@ def body_statements(fn: cst.FunctionDef) -> List[cst.BaseStatement]:
     return list(fn.body.body)
 
 
-def _value_expressions(small: cst.BaseSmallStatement) -> List[cst.BaseExpression]:
-    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-        return [arg.value for arg in small.value.args]
-    if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
-        return [small.value]
-    return []
-
-
-def _draws_random(expr: cst.CSTNode) -> bool:
-    for node in walk(expr, into_scopes=True):
-        if isinstance(node, cst.Call):
-            name = dotted(node.func) or source_of(node.func)
-            if RANDOM_CALL.search(name):
-                return True
-    return False
-
-
 class ForwardAnalysis:
     """Split one legacy forward; raise :class:`Refused` when it cannot be done safely."""
 
     def __init__(self, fn: cst.FunctionDef, kind: str, grads: Optional[int]) -> None:
         self.fn = fn
-        params = positional_params(fn, "forward")
+        params = positional_params(fn, "forward", allow_star=True)
+        star = star_param(fn)
+        self.star = star.name.value if star is not None else None
         skip = 1 if kind == "class" else 0
         if len(params) <= skip:
             raise Refused("forward takes no ctx parameter", fn)
         self.ctx = params[skip].name.value
         self.cls = params[0].name.value if skip else None
         self.params = params[skip + 1 :]
-        self.param_names = [p.name.value for p in self.params]
+        self.param_names = [p.name.value for p in self.params] + ([self.star] if self.star else [])
+        self.readbacks = ReadBacks(self.ctx)
         self.grads = grads
         self.body = body_statements(fn)
         self.values = Values()
         self.taken = {self.ctx, *self.param_names}
         for stmt in self.body:
             self.taken |= bindings(stmt)[0] | loaded_names(stmt)
+        self.deferred = {
+            attr: fresh_name(attr, self.taken) for attr in deferred_attributes(self.body, self.ctx)
+        }
+        if self.deferred:
+            localize = Localize(self.ctx, self.deferred)
+            self.body = [stmt.visit(localize) for stmt in self.body]  # type: ignore[misc]
 
     def split(self) -> Split:
         body, ctx_statements = self._partition()
         output_names, count = self._outputs(body)
-        return Split(self.params, body, ctx_statements, self.values, output_names, count, self.ctx)
+        return Split(
+            self.params, body, ctx_statements, self.values, output_names, count, self.ctx, self.star
+        )
 
     def _partition(self) -> Tuple[List[cst.BaseStatement], List[cst.BaseStatement]]:
         keep: List[cst.BaseStatement] = []
@@ -223,12 +123,21 @@ class ForwardAnalysis:
                 keep += snapshot
                 moved.append(stmt)
                 continue
-            misuse = _ctx_misuse(stmt, self.ctx)
+            stmt = self.readbacks.apply(stmt)
+            parts = split_if(stmt, self.ctx)
+            if parts is not None:
+                keep += self._place_split(index, stmt, parts[0], parts[2])
+                moved.append(parts[1])
+                continue
+            misuse = ctx_misuse(stmt, self.ctx)
             if misuse:
                 raise Refused(misuse, stmt)
             if self.cls is not None and self.cls in loaded_names(stmt):
                 pass  # handled by the caller (cls helper)
             keep.append(stmt)
+        for attr, local in self.deferred.items():
+            moved.append(statement(f"{self.ctx}.{attr} = {local}\n"))
+            self.values.add_intermediate(local)
         return keep, moved
 
     def _ends_with(self, ret: cst.Return) -> bool:
@@ -260,28 +169,21 @@ class ForwardAnalysis:
         if self.cls is not None and self.cls in loaded_names(stmt):
             raise Refused(f"a ctx value is computed with {self.cls}", stmt)
         if isinstance(stmt, cst.If):
-            for name in loaded_names(stmt) - {self.ctx}:
-                kind = self._classify(name, earlier, later_assigned)
-                if kind == "intermediate" or name in later_mutated:
-                    raise Refused(
-                        f"forward uses ctx under a condition on {name}, a value forward computes "
-                        "(a conditional save that depends on data)",
-                        stmt,
-                    )
-                self._record(name, kind)
+            self._classify_block(stmt, set(), earlier, later_assigned, later_mutated)
             return [], stmt
         assert isinstance(stmt, cst.SimpleStatementLine)
         small = stmt.body[0]
         snapshots: List[cst.BaseStatement] = []
         replacements: Dict[int, cst.BaseExpression] = {}
-        for position, expr in enumerate(_value_expressions(small)):
+        for position, expr in enumerate(value_expressions(small)):
             names = loaded_names(expr) - {self.ctx}
             kinds = {name: self._classify(name, earlier, later_assigned) for name in names}
             bare = isinstance(expr, cst.Name) or (
                 isinstance(expr, cst.StarredElement) and isinstance(expr.value, cst.Name)
             )
             recompute_unsafe = (
-                _draws_random(expr)
+                self._read_back(index, small, expr, later_assigned)
+                or draws_random(expr)
                 or any(
                     kinds[n] == "intermediate" and n in later_assigned for n in names
                 )  # reassigned later: the value at this point is gone
@@ -296,6 +198,7 @@ class ForwardAnalysis:
                 )
                 replacements[position] = cst.Name(name)
                 self.values.add_intermediate(name)
+                self._alias(small, name)
                 continue
             for name, kind in kinds.items():
                 self._record(name, kind)
@@ -306,6 +209,122 @@ class ForwardAnalysis:
             ]
             stmt = stmt.with_changes(leading_lines=())
         return snapshots, stmt
+
+    def _read_back(
+        self, index: int, small: cst.BaseSmallStatement, expr: cst.BaseExpression, later: Set[str]
+    ) -> bool:
+        """For ``ctx.attr = expr`` with ``ctx.attr`` read later in forward: True when forward
+        must keep the value under a name of its own (False, with the read-backs replaced by
+        ``expr``'s name, when ``expr`` is a name forward does not assign again)."""
+        target = small.targets[0].target if isinstance(small, cst.Assign) else None
+        if not isinstance(target, cst.Attribute) or len(getattr(small, "targets", ())) != 1:
+            return False
+        if not reads_attribute(self.body[index + 1 :], self.ctx, target.attr.value):
+            self.readbacks.aliases.pop(target.attr.value, None)
+            return False
+        if isinstance(expr, cst.Name) and expr.value not in later:
+            self.readbacks.aliases[target.attr.value] = expr.value
+            return False
+        return True
+
+    def _alias(self, small: cst.BaseSmallStatement, name: str) -> None:
+        target = small.targets[0].target if isinstance(small, cst.Assign) else None
+        if isinstance(target, cst.Attribute):
+            if reads_attribute(self.body, self.ctx, target.attr.value):
+                self.readbacks.aliases[target.attr.value] = name
+
+    def _classify_block(
+        self,
+        stmt: cst.If,
+        local: Set[str],
+        earlier: Set[str],
+        later_assigned: Set[str],
+        later_mutated: Set[str],
+    ) -> None:
+        """Record what an ``if`` moved to setup_context reads; raise :class:`Refused` where
+        setup_context could not compute it again (conditions on computed values included)."""
+        tests: Set[str] = set()
+        node: Union[cst.If, cst.Else, None] = stmt
+        while isinstance(node, cst.If):
+            tests |= loaded_names(node.test)
+            node = node.orelse
+        for name in sorted(loaded_names(stmt) - local - {self.ctx}):
+            kind = self._classify(name, earlier, later_assigned)
+            if name in tests and (kind == "intermediate" or name in later_mutated):
+                raise Refused(
+                    f"forward uses ctx under a condition on {name}, a value forward computes "
+                    "(a conditional save that depends on data); test an input or save "
+                    "unconditionally to let it through",
+                    stmt,
+                )
+            if kind == "intermediate" and (name in later_assigned or name in later_mutated):
+                raise Refused(
+                    f"forward saves {name} under a condition and changes it later; save a "
+                    "copy (or save before the change) to let it through",
+                    stmt,
+                )
+            self._record(name, kind)
+
+    def _place_split(
+        self, index: int, stmt: cst.If, forward_if: cst.If, moved: List[cst.BaseStatement]
+    ) -> List[cst.BaseStatement]:
+        """Classify what the ctx statements of a split ``if`` read; forward's statements for it
+        (names only some branches assign start as None, so that forward can return them)."""
+        later_assigned, later_mutated = self._later(index)
+        earlier = self._earlier_assigned(index)
+        inside = bindings(forward_if)[0]
+        for test in if_tests(stmt):
+            for name in loaded_names(test) - {self.ctx}:
+                kind = self._classify(name, earlier, later_assigned)
+                if kind == "intermediate" or name in later_mutated or name in inside:
+                    raise Refused(
+                        f"forward uses ctx under a condition on {name}, a value forward "
+                        "computes (a conditional save that depends on data); test an input or "
+                        "save unconditionally to let it through",
+                        stmt,
+                    )
+                self._record(name, kind)
+        self._check_branch_order(stmt)
+        start_as_none = []
+        for ctx_stmt in moved:
+            if draws_random(ctx_stmt):
+                raise Refused("forward saves a random value under a condition", stmt)
+            for name in sorted(loaded_names(ctx_stmt) - {self.ctx}):
+                kind = self._classify(name, earlier | inside, later_assigned)
+                if kind == "intermediate" and name in later_assigned:
+                    raise Refused(
+                        f"forward saves {name} under a condition and changes it later; save a "
+                        "copy (or save before the change) to let it through",
+                        stmt,
+                    )
+                if kind == "intermediate" and name not in earlier and name not in start_as_none:
+                    start_as_none.append(name)
+                self._record(name, kind)
+        first = [statement(f"{name} = None\n") for name in start_as_none]
+        if first:
+            first[0] = first[0].with_changes(leading_lines=forward_if.leading_lines)
+            forward_if = forward_if.with_changes(leading_lines=())
+        return [*first, forward_if]
+
+    def _check_branch_order(self, stmt: cst.If) -> None:
+        """Refuse a ctx statement whose values its branch assigns again after it."""
+        node: Union[cst.If, cst.Else, None] = stmt
+        while node is not None:
+            body = list(getattr(node.body, "body", ()))
+            for position, inner in enumerate(body):
+                if not is_ctx_statement(inner, self.ctx):
+                    continue
+                after: Set[str] = set()
+                for later in body[position + 1 :]:
+                    after |= bindings(later)[0]
+                changed = (loaded_names(inner) - {self.ctx}) & after
+                if changed:
+                    raise Refused(
+                        f"forward saves {min(changed)} under a condition and assigns it again "
+                        "in the same branch; save after the last assignment to let it through",
+                        stmt,
+                    )
+            node = node.orelse if isinstance(node, cst.If) else None
 
     def _snapshot_base(self, small: cst.BaseSmallStatement, position: int) -> str:
         if isinstance(small, (cst.Assign, cst.AnnAssign)):
@@ -368,5 +387,6 @@ def _replace_values(
         return small.with_changes(value=small.value.with_changes(args=args))
     assert isinstance(small, (cst.Assign, cst.AnnAssign))
     return small.with_changes(value=replacements[0])
+
 
 

@@ -11,6 +11,16 @@ from .names import Amp, Names, amp_decorator
 from .syntax import Refused, decorator_name, fresh_name, source_of, statement, tuple_target
 
 BLANK = cst.EmptyLine(indent=False)
+#: Decorators that set the grad mode forward runs in: kept on the new forward (setup_context
+#: runs with grad mode off on every path).
+GRAD_MODE_DECORATORS = {
+    "torch.no_grad",
+    "torch.enable_grad",
+    "torch.autograd.no_grad",
+    "torch.autograd.enable_grad",
+    "torch.autograd.grad_mode.no_grad",
+    "torch.autograd.grad_mode.enable_grad",
+}
 
 
 def strip_ctx_decorators(
@@ -26,14 +36,18 @@ def strip_ctx_decorators(
         if amp is not None:
             kept.append(decorator.with_changes(decorator=_amp_expression(amp, api, fn)))
             continue
-        qualified = names.qualify(decorator.decorator) or ""
+        expr = decorator.decorator
+        qualified = names.qualify(expr.func if isinstance(expr, cst.Call) else expr) or ""
+        if what == "forward" and qualified in GRAD_MODE_DECORATORS:
+            kept.append(decorator)  # forward keeps its grad mode; setup_context runs without
+            continue
         if qualified.endswith("once_differentiable") and what != "forward":
             kept.append(decorator)
             continue
         if what == "forward" or name is None:
             raise Refused(
                 f"{fn.name.value} has a decorator migrate does not know: "
-                f"@{source_of(decorator.decorator)}",
+                f"@{source_of(decorator.decorator)}; call it inside the method to let it through",
                 fn,
             )
         kept.append(decorator)
@@ -91,7 +105,7 @@ def forward_return(split: Split, body: List[cst.BaseStatement]) -> List[cst.Base
     else:
         raise Refused(
             "forward returns an expression whose number of outputs migrate cannot read, and "
-            "needs intermediates; return a tuple literal",
+            "needs intermediates; return a tuple literal to let it through",
             last,
         )
     return [
@@ -107,17 +121,27 @@ def setup_lines(
     inputs_name = fresh_name("inputs", set(taken))
     output_name = fresh_name("output", set(taken))
     unpack_inputs: List[cst.BaseStatement] = []
-    if split.values.inputs:
-        names = [
-            n if n in split.values.inputs else "_" for n in (p.name.value for p in split.params)
-        ]
+    needed = split.values.inputs
+    names = [n if n in needed else "_" for n in (p.name.value for p in split.params)]
+    if split.star is None and needed:
         unpack_inputs.append(statement(f"{tuple_target(names)} = {inputs_name}\n"))
+    elif split.star is not None:
+        count = len(names)
+        if any(n != "_" for n in names):
+            head = tuple_target(names)
+            unpack_inputs.append(statement(f"{head} = {inputs_name}[:{count}]\n"))
+        if split.star in needed:
+            rest = f"{inputs_name}[{count}:]" if count else inputs_name
+            unpack_inputs.append(statement(f"{split.star} = {rest}\n"))
     unpack_output: List[cst.BaseStatement] = []
     inter = split.values.intermediates
     wanted = split.values.outputs
     if inter or wanted:
         if inter and split.output_count is None:
-            raise Refused("forward's number of outputs cannot be read")
+            raise Refused(
+                "forward's number of outputs cannot be read and it needs intermediates; return a "
+                "tuple literal without * to let it through"
+            )
         outs = [n if n in wanted else "_" for n in split.output_names] if (inter or wanted) else []
         if not inter and len(outs) == 1 and split.output_count == 1:
             unpack_output.append(statement(f"{outs[0]} = {output_name}\n"))

@@ -205,7 +205,7 @@ class Planner:
         if kind == "instance":
             raise Refused("forward is neither a @staticmethod nor a @classmethod", forward)
         plan.decorate = True
-        params = positional_params(forward, "forward")
+        params = positional_params(forward, "forward", allow_star=True)
         ctx = (
             params[1 if kind == "class" else 0].name.value
             if len(params) > (kind == "class")
@@ -241,6 +241,12 @@ class Planner:
         body = forward_return(split, split.forward_body)
         uses_cls = analysis.cls is not None and any(analysis.cls in loaded_names(s) for s in body)
         plan.forward_impl = uses_cls or (kind == "class" and bool(self.children.get(plan.name)))
+        if plan.forward_impl and split.star is not None:
+            raise Refused(
+                f"forward takes *{split.star} and needs its class ({analysis.cls}); give it "
+                "named parameters to let it through",
+                forward,
+            )
         new_forward = forward.with_changes(body=forward.body.with_changes(body=body))
         drop = 2 if kind == "class" else 1
         if plan.forward_impl:
@@ -385,8 +391,9 @@ class Planner:
                         with_kind(fn.with_changes(decorators=keep), "staticmethod", decorators)
                     ]
                 continue
-            if kind != "class":
-                raise Refused(f"{name} is neither a @staticmethod nor a @classmethod", fn)
+            if kind == "instance":  # torch calls it on the class: a plain function, as here
+                plan.replacements[id(fn)] = [with_kind(fn, "staticmethod", decorators)]
+                continue
             params = positional_params(fn, name)
             cls_name = params[0].name.value
             calls_super = any(

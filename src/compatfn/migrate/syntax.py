@@ -53,14 +53,14 @@ def loaded_names(node: cst.CSTNode) -> Set[str]:
     return names
 
 
-def _target_names(target: cst.BaseExpression, out: Set[str], mutated: Set[str]) -> None:
+def collect_targets(target: cst.BaseExpression, out: Set[str], mutated: Set[str]) -> None:
     if isinstance(target, cst.Name):
         out.add(target.value)
     elif isinstance(target, (cst.Tuple, cst.List)):
         for element in target.elements:
-            _target_names(element.value, out, mutated)
+            collect_targets(element.value, out, mutated)
     elif isinstance(target, cst.StarredElement):
-        _target_names(target.value, out, mutated)
+        collect_targets(target.value, out, mutated)
     elif isinstance(target, (cst.Subscript, cst.Attribute)) and isinstance(target.value, cst.Name):
         mutated.add(target.value.value)
 
@@ -71,19 +71,19 @@ def bindings(node: cst.CSTNode) -> Tuple[Set[str], Set[str]]:
     mutated: Set[str] = set()
     for sub in walk(node):
         if isinstance(sub, cst.AssignTarget):
-            _target_names(sub.target, assigned, mutated)
+            collect_targets(sub.target, assigned, mutated)
         elif isinstance(sub, (cst.AnnAssign, cst.AugAssign)):
-            _target_names(sub.target, assigned, mutated)
+            collect_targets(sub.target, assigned, mutated)
             if isinstance(sub, cst.AugAssign) and isinstance(sub.target, cst.Name):
                 mutated.add(sub.target.value)
         elif isinstance(sub, (cst.For, cst.CompFor)):
-            _target_names(sub.target, assigned, mutated)
+            collect_targets(sub.target, assigned, mutated)
         elif isinstance(sub, cst.AsName):
-            _target_names(sub.name, assigned, mutated)  # type: ignore[arg-type]
+            collect_targets(sub.name, assigned, mutated)  # type: ignore[arg-type]
         elif isinstance(sub, cst.NamedExpr):
-            _target_names(sub.target, assigned, mutated)
+            collect_targets(sub.target, assigned, mutated)
         elif isinstance(sub, cst.Del):
-            _target_names(sub.target, assigned, mutated)  # deleted: gone like a reassignment
+            collect_targets(sub.target, assigned, mutated)  # deleted: gone like a reassignment
         elif isinstance(sub, (cst.FunctionDef, cst.ClassDef)) and sub is not node:
             assigned.add(sub.name.value)
         elif isinstance(sub, (cst.Import, cst.ImportFrom)) and not isinstance(
@@ -118,12 +118,26 @@ def method_kind(fn: cst.FunctionDef) -> str:
     return "instance"
 
 
-def positional_params(fn: cst.FunctionDef, what: str) -> List[cst.Param]:
+def star_param(fn: cst.FunctionDef) -> Optional[cst.Param]:
+    """The ``*args`` parameter of ``fn``, or None."""
+    star = fn.params.star_arg
+    return star if isinstance(star, cst.Param) else None
+
+
+def positional_params(
+    fn: cst.FunctionDef, what: str, allow_star: bool = False
+) -> List[cst.Param]:
+    """``fn``'s positional parameters; raises :class:`Refused` for keyword-only parameters,
+    ``**kwargs``, and ``*args`` unless ``allow_star``."""
     params = fn.params
-    if params.star_arg is not cst.MaybeSentinel.DEFAULT and params.star_arg is not None:
-        raise Refused(f"{what} takes *args or keyword-only parameters", fn)
     if params.kwonly_params or params.star_kwarg is not None:
-        raise Refused(f"{what} takes keyword-only or **kwargs parameters", fn)
+        raise Refused(
+            f"{what} takes keyword-only or **kwargs parameters; Function.apply passes "
+            "arguments by position only, so make them positional to let it through",
+            fn,
+        )
+    if star_param(fn) is not None and not allow_star:
+        raise Refused(f"{what} takes *args here", fn)
     return [*params.posonly_params, *params.params]
 
 
