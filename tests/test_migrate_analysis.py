@@ -11,7 +11,7 @@ import torch
 
 pytest.importorskip("libcst", reason="libcst is not installed: pip install 'compatfn[migrate]'")
 
-from compatfn.migrate import migrate_source  # noqa: E402
+from compatfn.migrate import migrate_source
 
 
 def load(source: str) -> Dict[str, Any]:
@@ -109,7 +109,10 @@ class Flip(torch.autograd.Function):
 
     for seed in range(8):  # the draws come in another order: some seed shows it
         new = assert_same_behaviour(
-            source, "Flip", torch.randn(3, dtype=torch.float64), seed=lambda: seed_all(seed)
+            source,
+            "Flip",
+            torch.randn(3, dtype=torch.float64),
+            seed=lambda seed=seed: seed_all(seed),
         )
     assert f"sign = {draw}" in new  # drawn in forward, at its place
 

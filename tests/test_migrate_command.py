@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("libcst", reason="libcst is not installed: pip install 'compatfn[migrate]'")
 
-from compatfn.migrate import command  # noqa: E402
+from compatfn.migrate import command
 
 LEGACY = """\
 import torch

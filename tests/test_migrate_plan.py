@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("libcst", reason="libcst is not installed: pip install 'compatfn[migrate]'")
 
-from compatfn.migrate import migrate_source  # noqa: E402
+from compatfn.migrate import migrate_source
 
 
 def test_a_classmethod_backward_calling_super_is_refused_with_the_fix():

@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
+from .branches import Localize, deferred_attributes, if_tests, split_if
 from .ctx_uses import (
     ReadBacks,
     ctx_misuse,
@@ -16,7 +17,6 @@ from .ctx_uses import (
     reads_attribute,
     value_expressions,
 )
-from .branches import Localize, deferred_attributes, if_tests, split_if
 from .syntax import (
     Refused,
     bindings,
@@ -229,9 +229,10 @@ class ForwardAnalysis:
 
     def _alias(self, small: cst.BaseSmallStatement, name: str) -> None:
         target = small.targets[0].target if isinstance(small, cst.Assign) else None
-        if isinstance(target, cst.Attribute):
-            if reads_attribute(self.body, self.ctx, target.attr.value):
-                self.readbacks.aliases[target.attr.value] = name
+        if isinstance(target, cst.Attribute) and reads_attribute(
+            self.body, self.ctx, target.attr.value
+        ):
+            self.readbacks.aliases[target.attr.value] = name
 
     def _classify_block(
         self,
@@ -387,6 +388,3 @@ def _replace_values(
         return small.with_changes(value=small.value.with_changes(args=args))
     assert isinstance(small, (cst.Assign, cst.AnnAssign))
     return small.with_changes(value=replacements[0])
-
-
-

@@ -31,7 +31,6 @@ RANDOM_CALL = re.compile(
 )
 
 
-
 def _is_ctx_call(node: cst.BaseSmallStatement, ctx: str) -> bool:
     return (
         isinstance(node, cst.Expr)
@@ -169,14 +168,10 @@ class ReadBacks(cst.CSTTransformer):
     def _writes_ctx(self, stmt: cst.CSTNode) -> bool:
         for node in walk(stmt, into_scopes=True):
             targets: List[cst.BaseExpression] = []
-            if isinstance(node, cst.AssignTarget):
-                targets = [node.target]
-            elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+            if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
                 targets = [node.target]
             for target in targets:
-                if any(
-                    isinstance(n, cst.Name) and n.value == self.ctx for n in walk(target)
-                ):
+                if any(isinstance(n, cst.Name) and n.value == self.ctx for n in walk(target)):
                     return True
         return False
 
@@ -206,5 +201,3 @@ def draws_random(expr: cst.CSTNode) -> bool:
             if RANDOM_CALL.search(name):
                 return True
     return False
-
-

@@ -23,10 +23,44 @@ FUTURE, STDLIB, THIRD_PARTY, FIRST_PARTY, LOCAL = range(5)
 
 #: Standard-library modules, for Pythons without ``sys.stdlib_module_names`` (before 3.10).
 _COMMON_STDLIB = frozenset(
-    "__future__ abc argparse array ast asyncio collections contextlib copy dataclasses enum "
-    "functools importlib inspect io itertools json logging math numbers operator os pathlib "
-    "pickle random re string sys tempfile threading time types typing unittest warnings "
-    "weakref".split()
+    [
+        "__future__",
+        "abc",
+        "argparse",
+        "array",
+        "ast",
+        "asyncio",
+        "collections",
+        "contextlib",
+        "copy",
+        "dataclasses",
+        "enum",
+        "functools",
+        "importlib",
+        "inspect",
+        "io",
+        "itertools",
+        "json",
+        "logging",
+        "math",
+        "numbers",
+        "operator",
+        "os",
+        "pathlib",
+        "pickle",
+        "random",
+        "re",
+        "string",
+        "sys",
+        "tempfile",
+        "threading",
+        "time",
+        "types",
+        "typing",
+        "unittest",
+        "warnings",
+        "weakref",
+    ]
 )
 STDLIB_MODULES = frozenset(getattr(sys, "stdlib_module_names", _COMMON_STDLIB))
 

@@ -188,5 +188,3 @@ def delegate(
     assert isinstance(fn, cst.FunctionDef)
     fn = fn.with_changes(params=cst.Parameters(params=list(params)))
     return with_kind(fn, "staticmethod", decorators).with_changes(leading_lines=[BLANK])
-
-

@@ -127,5 +127,3 @@ def amp_decorator(names: Names, decorator: cst.Decorator) -> Optional[Amp]:
     if isinstance(expr, cst.Call):
         return _with_call_args(_amp_from_reference(names, expr.func), expr.args)
     return _amp_from_reference(names, expr)
-
-

@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from .analysis import ForwardAnalysis, body_statements
+from .chains import plan_super, super_call
 from .methods import (
     delegate,
     drop_first_params,
@@ -27,13 +28,10 @@ from .syntax import (
     method_kind,
     positional_params,
     source_of,
-    statement,
-    tuple_target,
     walk,
 )
 
 FUNCTION_BASES = {"torch.autograd.Function", "torch.autograd.function.Function"}
-PURE_BUILTINS = {"dict", "tuple", "list", "int", "float", "bool", "str", "slice"}
 AUTOGRAD_METHODS = ("forward", "backward", "jvp", "vjp", "vmap")
 
 
@@ -77,54 +75,6 @@ def _grad_count(backward: Optional[cst.FunctionDef]) -> Optional[int]:
         return None
     skip = 2 if method_kind(backward) == "class" else 1
     return len([*params.posonly_params, *params.params]) - skip
-
-
-def _super_call(fn: cst.FunctionDef, ctx: str) -> Optional[cst.Call]:
-    """The call in a forward whose body is only ``return super().forward(ctx, ...)``."""
-    body = [
-        s
-        for s in body_statements(fn)
-        if not (
-            isinstance(s, cst.SimpleStatementLine)
-            and isinstance(s.body[0], cst.Expr)
-            and isinstance(s.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-        )
-    ]
-    for node in walk(fn):
-        if (
-            isinstance(node, cst.Call)
-            and isinstance(node.func, cst.Attribute)
-            and isinstance(node.func.value, cst.Call)
-            and dotted(node.func.value.func) == "super"
-        ):
-            break
-    else:
-        return None
-    if (
-        len(body) == 1
-        and isinstance(body[0], cst.SimpleStatementLine)
-        and isinstance(body[0].body[0], cst.Return)
-    ):
-        value = body[0].body[0].value
-        if (
-            isinstance(value, cst.Call)
-            and isinstance(value.func, cst.Attribute)
-            and value.func.attr.value == "forward"
-            and isinstance(value.func.value, cst.Call)
-            and dotted(value.func.value.func) == "super"
-            and value.args
-            and isinstance(value.args[0].value, cst.Name)
-            and value.args[0].value.value == ctx
-        ):
-            return value
-    raise Refused("forward calls super() other than as `return super().forward(ctx, ...)`", fn)
-
-
-def _pure(expr: cst.BaseExpression) -> bool:
-    for node in walk(expr, into_scopes=True):
-        if isinstance(node, cst.Call) and dotted(node.func) not in PURE_BUILTINS:
-            return False
-    return True
 
 
 class Planner:
@@ -211,9 +161,9 @@ class Planner:
             if len(params) > (kind == "class")
             else ""
         )
-        call = _super_call(forward, ctx) if kind == "class" and ctx else None
+        call = super_call(forward, ctx) if kind == "class" and ctx else None
         if call is not None:
-            self._plan_super(plan, forward, call)
+            plan_super(self, plan, forward, call)
         else:
             self._plan_forward(plan, forward, kind, _grad_count(methods.get("backward")))
         self._plan_backward(plan, methods)
@@ -261,118 +211,16 @@ class Planner:
             public = delegate("forward", split.params, f"{plan.name}._forward_impl", decorators)
             methods = [impl, public]
         else:
-            methods = [
-                with_kind(drop_first_params(new_forward, drop), "staticmethod", decorators)
-            ]
+            methods = [with_kind(drop_first_params(new_forward, drop), "staticmethod", decorators)]
         taken = set(analysis.taken)
         inputs_name, output_name, unpack_in, unpack_out = setup_lines(split, taken)
         plan.needed_inputs = split.values.inputs
         plan.setup_names = (inputs_name, output_name)
         plan.setup_tail = [*unpack_out, *tidy_first(split.ctx_statements)]
-        setup = setup_context_method(split.ctx, inputs_name, output_name, [*unpack_in, *plan.setup_tail])
+        setup = setup_context_method(
+            split.ctx, inputs_name, output_name, [*unpack_in, *plan.setup_tail]
+        )
         plan.replacements[id(forward)] = [*methods, setup]
-
-    def _plan_super(self, plan: Plan, forward: cst.FunctionDef, call: cst.Call) -> None:
-        base = plan.base
-        if base is None or not base.decorate:
-            raise Refused(
-                "forward chains super().forward(ctx, ...) to a class migrate does not migrate "
-                "in this file",
-                forward,
-            )
-        if not base.forward_impl:
-            raise Refused("forward chains to a base whose forward is not a @classmethod", forward)
-        params = positional_params(forward, "forward")[2:]
-        plan.forward_params = params
-        plan.intermediates = base.intermediates
-        plan.forward_impl = True
-        given = self._bind_super_args(forward, call, base, {p.name.value for p in params})
-        bound = {
-            name: expr
-            for name, expr in given.items()
-            if not (isinstance(expr, cst.Name) and expr.value == name)
-        }
-        decorators = strip_ctx_decorators(forward, self.names, self.api, "forward")
-        body = forward.body
-        assert isinstance(body, cst.IndentedBlock)
-        ret = body.body[-1]
-        assert isinstance(ret, cst.SimpleStatementLine)
-        new_call = call.with_changes(
-            func=call.func.with_changes(attr=cst.Name("_forward_impl")),  # type: ignore[attr-defined]
-            args=call.args[1:],
-        )
-        new_ret = ret.with_changes(body=[cst.Return(new_call)])
-        impl = drop_first_params(forward, 2).with_changes(
-            name=cst.Name("_forward_impl"),
-            body=body.with_changes(body=[*body.body[:-1], new_ret]),
-        )
-        cls_param = positional_params(forward, "forward")[0]
-        impl = impl.with_changes(
-            params=impl.params.with_changes(params=[cls_param, *impl.params.params])
-        )
-        impl = with_kind(impl, "classmethod", [])
-        public = delegate("forward", params, f"{plan.name}._forward_impl", decorators)
-        ctx = positional_params(forward, "forward")[1].name.value
-        inputs_name, output_name = base.setup_names
-        own = {p.name.value for p in params} | set(bound)
-        if own & {inputs_name, output_name, base.setup_ctx} or base.setup_ctx != ctx:
-            raise Refused(
-                f"setup_context of {base.name} names ({base.setup_ctx}, {inputs_name}, "
-                f"{output_name}) clash with this forward's parameters",
-                forward,
-            )
-        needed = set().union(set(), *(loaded_names(v) for v in given.values()))
-        lines: List[cst.BaseStatement] = []
-        if needed:
-            names = [p.name.value if p.name.value in needed else "_" for p in params]
-            lines.append(statement(f"{tuple_target(names)} = {inputs_name}\n"))
-        if bound:
-            targets = list(bound)
-            values = ", ".join(source_of(bound[t]) for t in targets)
-            lines.append(
-                statement(f"{tuple_target(targets)} = {values}{',' if len(targets) == 1 else ''}\n")
-            )
-        tail = base.setup_tail
-        setup = setup_context_method(ctx, inputs_name, output_name, [*lines, *tail])
-        plan.setup_tail = tail
-        plan.setup_ctx = ctx
-        plan.setup_names = base.setup_names
-        plan.needed_inputs = {p.name.value for p in params} & needed
-        plan.replacements[id(forward)] = [impl, public, setup]
-
-    def _bind_super_args(
-        self, forward: cst.FunctionDef, call: cst.Call, base: Plan, own: Set[str]
-    ) -> Dict[str, cst.BaseExpression]:
-        """Base parameter -> the expression the super call passes for it (needed ones only)."""
-        names = [p.name.value for p in base.forward_params]
-        given: Dict[str, cst.BaseExpression] = {}
-        for index, arg in enumerate(call.args[1:]):
-            if arg.star:
-                raise Refused("super().forward(...) is called with * or ** arguments", forward)
-            key = arg.keyword.value if arg.keyword else names[index] if index < len(names) else ""
-            if key not in names:
-                raise Refused(f"super().forward(...) passes an unknown argument {key}", forward)
-            given[key] = arg.value
-        for param in base.forward_params:
-            if param.name.value not in given and param.default is not None:
-                given[param.name.value] = param.default
-        bound = {}
-        for name in names:
-            if name not in base.needed_inputs:
-                continue
-            if name not in given:
-                raise Refused(f"super().forward(...) does not pass {name}", forward)
-            expr = given[name]
-            if not _pure(expr) or not loaded_names(expr) <= own | set(PURE_BUILTINS) | set(
-                self.names.imports
-            ):
-                raise Refused(
-                    f"super().forward(...) passes {source_of(expr)} for {name}, which setup_context "
-                    "cannot compute again",
-                    forward,
-                )
-            bound[name] = expr
-        return bound
 
     def _plan_backward(self, plan: Plan, methods: Dict[str, cst.FunctionDef]) -> None:
         for name in AUTOGRAD_METHODS[1:]:

@@ -124,9 +124,7 @@ def star_param(fn: cst.FunctionDef) -> Optional[cst.Param]:
     return star if isinstance(star, cst.Param) else None
 
 
-def positional_params(
-    fn: cst.FunctionDef, what: str, allow_star: bool = False
-) -> List[cst.Param]:
+def positional_params(fn: cst.FunctionDef, what: str, allow_star: bool = False) -> List[cst.Param]:
     """``fn``'s positional parameters; raises :class:`Refused` for keyword-only parameters,
     ``**kwargs``, and ``*args`` unless ``allow_star``."""
     params = fn.params
@@ -155,5 +153,3 @@ def statement(code: str) -> cst.BaseStatement:
 
 def tuple_target(names: Sequence[str]) -> str:
     return f"({names[0]},)" if len(names) == 1 else ", ".join(names)
-
-
