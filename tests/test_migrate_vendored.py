@@ -66,7 +66,8 @@ def test_migrated_classes_run_through_the_vendored_copy(tmp_path):
     )
     assert migrated.returncode == 0, migrated.stderr
     source = (package / "intermediates.py").read_text()
-    assert "from mylib import _compat\n" in source and "compatfn" not in source
+    assert "from mylib import _compat\n" in source
+    assert "import compatfn" not in source and "@compatfn" not in source
     assert "@_compat.function(intermediates=" in source
     run = _run("-c", RUN, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
