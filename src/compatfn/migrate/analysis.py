@@ -126,6 +126,7 @@ class ForwardAnalysis:
             stmt = self.readbacks.apply(stmt)
             parts = split_if(stmt, self.ctx)
             if parts is not None:
+                assert isinstance(stmt, cst.If)
                 keep += self._place_split(index, stmt, parts[0], parts[2])
                 moved.append(parts[1])
                 continue

@@ -165,9 +165,9 @@ def run(
         refused += len(result.refusals)
         if result.changed:
             changed += 1
-            error = _report(result, mode)
-            if error:
-                print(error, file=sys.stderr)
+            problem = _report(result, mode)
+            if problem:
+                print(problem, file=sys.stderr)
                 unwritable = True
     verb = {"write": "migrated", "check": "would migrate", "diff": "would migrate"}[mode]
     print(f"{verb} {migrated} class(es) in {changed} file(s); refused {refused}", file=sys.stderr)

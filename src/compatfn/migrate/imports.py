@@ -153,7 +153,7 @@ def add_import(
     module: cst.Module, import_module: str, name: str, path: str = "<string>"
 ) -> cst.Module:
     """``module`` with ``import name`` (or ``from import_module import name``) added, sorted."""
-    body = list(module.body)
+    body: List[cst.BaseStatement] = list(module.body)
     start, end = _import_block(body)
     if _already_imported(body[start:end], import_module, name):
         return module
@@ -213,10 +213,12 @@ def _insert(
         return [*body[:position], new, *body[position:]]
     if after is not None and after == mine:
         following = body[position]
+        assert isinstance(following, cst.SimpleStatementLine)
         new = new.with_changes(leading_lines=following.leading_lines)
         body[position] = following.with_changes(leading_lines=[])
     elif after is not None:  # a new section before the section that follows
         following = body[position]
+        assert isinstance(following, cst.SimpleStatementLine)
         new = new.with_changes(leading_lines=following.leading_lines if before != mine else [])
         if before != mine:
             body[position] = following.with_changes(leading_lines=[blank])

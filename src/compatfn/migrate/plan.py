@@ -249,10 +249,10 @@ class Planner:
             )
             if calls_super:  # zero-argument super() needs the class: not a staticmethod
                 bases = plan.node.bases
-                base = source_of(bases[0].value) if bases else "Base"
+                base_name = source_of(bases[0].value) if bases else "Base"
                 raise Refused(
                     f"{name} calls super(), which a @staticmethod cannot do; call "
-                    f"{base}.{name}(ctx, ...) instead to let it through",
+                    f"{base_name}.{name}(ctx, ...) instead to let it through",
                     fn,
                 )
             if not any(cls_name in loaded_names(s) for s in body_statements(fn)):
