@@ -148,12 +148,41 @@ def run_library(scratch: Path, library: Library, pythons: Sequence[str]) -> Dict
     return row
 
 
+def _outcome(results: object) -> str:
+    """``N passed`` on both copies, or the two counts when they differ."""
+    if not isinstance(results, dict):
+        return str(results)
+    original, migrated = results["original"], results["migrated"]
+    shown = ", ".join(f"{n} {kind}" for kind, n in sorted(original.items()))
+    return f"identical: {shown}" if original == migrated else f"{original} vs {migrated}"
+
+
+def table(rows: Sequence[Dict[str, object]]) -> str:
+    """The Markdown table of the docs: library, version, counts, test outcome per torch."""
+    torches = sorted({key for row in rows for key in row if key.startswith("torch ")})
+    head = ["library", "version", "Functions", "migrated", "refused (reason)", *torches]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        refused = row["refused"]
+        assert isinstance(refused, list)
+        reasons = "; ".join(refused) or "none"
+        cells = [row["library"], row["version"], row["found"], row["migrated"], reasons]
+        cells += [_outcome(row.get(t, row.get("tests", ""))) for t in torches]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] = ()) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scratch", type=Path, help="the folder holding the unpacked sdists")
-    parser.add_argument("--python", action="append", required=True, help="an interpreter")
+    parser.add_argument("--python", action="append", default=[], help="an interpreter")
     parser.add_argument("--only", action="append", help="run only these libraries")
+    parser.add_argument("--table", action="store_true", help="print the table of the last run")
     args = parser.parse_args(list(argv) or None)
+    saved = args.scratch / "work" / "real_corpus.json"
+    if args.table:
+        print(table(json.loads(saved.read_text())))
+        return 0
     rows = []
     (args.scratch / "work").mkdir(exist_ok=True)
     for library in LIBRARIES:
@@ -161,7 +190,8 @@ def main(argv: Sequence[str] = ()) -> int:
             continue
         rows.append(run_library(args.scratch, library, args.python))
         print(json.dumps(rows[-1]), flush=True)
-        (args.scratch / "work" / "real_corpus.json").write_text(json.dumps(rows, indent=2))
+        saved.write_text(json.dumps(rows, indent=2))
+    print(table(rows))
     return 0
 
 
