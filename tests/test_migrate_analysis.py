@@ -153,3 +153,26 @@ def test_a_forward_without_return_is_refused():
     assert [r.reason for r in result.refusals] == [
         "forward has no return statement; end it with `return <output>`"
     ]
+
+
+def test_an_input_returned_as_it_is_and_saved_becomes_a_view():
+    # torch 2.x refuses to save an input returned as it is when the class has setup_context
+    # ("An input that has been returned as-is as output is being saved for backward"); a legacy
+    # Function returned a view of it anyway (torch-struct's _SparseMaxGrad pattern).
+    source = """
+        import torch
+
+        class Identity(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, scale):
+                ctx.save_for_backward(x, scale)
+                return x
+
+            @staticmethod
+            def backward(ctx, grad):
+                x, scale = ctx.saved_tensors
+                return grad * scale, None
+        """
+    x, scale = torch.randn(3, dtype=torch.float64), torch.tensor(2.0, dtype=torch.float64)
+    new = assert_same_behaviour(source, "Identity", x, scale)
+    assert "return x.view_as(x)\n" in new

@@ -11,6 +11,7 @@ import libcst as cst
 from .branches import Localize, deferred_attributes, if_tests, split_if
 from .ctx_uses import (
     ReadBacks,
+    ctx_call_names,
     ctx_misuse,
     draws_random,
     is_ctx_statement,
@@ -101,9 +102,50 @@ class ForwardAnalysis:
     def split(self) -> Split:
         body, ctx_statements = self._partition()
         output_names, count = self._outputs(body)
+        body = self._views_of_saved_inputs(body, output_names, ctx_statements)
         return Split(
             self.params, body, ctx_statements, self.values, output_names, count, self.ctx, self.star
         )
+
+    def _views_of_saved_inputs(
+        self,
+        body: List[cst.BaseStatement],
+        outputs: Sequence[Optional[str]],
+        moved: Sequence[cst.BaseStatement],
+    ) -> List[cst.BaseStatement]:
+        """forward's body returning ``x.view_as(x)`` for an input ``x`` it returns as it is and
+        saves: torch 2.x refuses to save such an output with setup_context, and a legacy
+        Function returned a view of it anyway (unless marked dirty)."""
+        assigned: Set[str] = set()
+        for stmt in self.body:
+            assigned |= bindings(stmt)[0]
+        saved = ctx_call_names(moved, self.ctx, "save_for_backward")
+        dirty = ctx_call_names(moved, self.ctx, "mark_dirty")
+        views = {
+            name
+            for name in outputs
+            if name in self.param_names and name not in assigned and name in saved - dirty
+        }
+        if not views:
+            return body
+        last = body[-1]
+        assert isinstance(last, cst.SimpleStatementLine)
+        ret = last.body[-1]
+        assert isinstance(ret, cst.Return) and ret.value is not None
+
+        def view(expr: cst.BaseExpression) -> cst.BaseExpression:
+            if isinstance(expr, cst.Name) and expr.value in views:
+                return cst.parse_expression(f"{expr.value}.view_as({expr.value})")
+            return expr
+
+        value = ret.value
+        if isinstance(value, cst.Tuple):
+            elements = [e.with_changes(value=view(e.value)) for e in value.elements]
+            value = value.with_changes(elements=elements)
+        else:
+            value = view(value)
+        new_last = last.with_changes(body=[*last.body[:-1], ret.with_changes(value=value)])
+        return [*body[:-1], new_last]
 
     def _partition(self) -> Tuple[List[cst.BaseStatement], List[cst.BaseStatement]]:
         keep: List[cst.BaseStatement] = []

@@ -9,7 +9,7 @@ Example::
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Set
 
 import libcst as cst
 
@@ -184,6 +184,20 @@ class ReadBacks(cst.CSTTransformer):
             if alias is not None:
                 return cst.Name(alias, lpar=updated_node.lpar, rpar=updated_node.rpar)
         return updated_node
+
+
+def ctx_call_names(statements: Sequence[cst.CSTNode], ctx: str, method: str) -> Set[str]:
+    """The plain names passed to ``ctx.<method>(...)`` anywhere in ``statements``."""
+    found: Set[str] = set()
+    for stmt in statements:
+        for node in walk(stmt):
+            if (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and dotted(node.func) == f"{ctx}.{method}"
+            ):
+                found |= {a.value.value for a in node.args if isinstance(a.value, cst.Name)}
+    return found
 
 
 def value_expressions(small: cst.BaseSmallStatement) -> List[cst.BaseExpression]:
