@@ -60,7 +60,12 @@ LIBRARIES = (
         "1.3.0",
         "pytorch_wavelets-1.3.0",
         "pytorch_wavelets",
-        ("tests/test_dwt_grad.py", "tests/test_dtcwt_grad.py", "tests/test_scatnet_bwd.py"),
+        (
+            "tests/test_dwt.py",
+            "tests/test_dwt1d.py",
+            "tests/test_dtcwt.py",
+            "tests/test_scatnet_fwd.py",
+        ),
     ),
     Library("sparsemax", "0.1.9", "sparsemax-0.1.9", "sparsemax", ("tests/test_sparsemax.py",)),
     Library(
