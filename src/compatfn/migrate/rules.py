@@ -23,19 +23,27 @@ or from such a class in the same file) whose forward takes ctx:
     to a migrated class in the same file are migrated with it;
   - torch.cuda.amp / torch.amp custom_fwd and custom_bwd (and module-level switches between
     them) become compatfn.custom_fwd/custom_bwd(device_type=...); the switch itself stays;
+  - forward(ctx, a, *args) becomes forward(a, *args) (setup_context unpacks inputs[:1] and
+    inputs[1:]); reads of ctx.attr in forward, where forward set it, use the value (a name of
+    its own where needed); an if block that computes values and saves some of them is split:
+    forward keeps the computation, setup_context the ctx statements under the same condition
+    (on inputs); ctx attributes set inside such blocks become local variables of forward;
+    @torch.no_grad()/enable_grad() on forward stay; a backward without @staticmethod gets it;
+    an input returned as it is and saved is returned as x.view_as(x) (torch 2.x requires it);
   - @compatfn.function and `import compatfn` are added (--decorator: your vendored copy), where
     isort and ruff put them.
 Fn.apply(...) callers need no change; comments, formatting, line endings, encoding and a
 byte-order mark are kept; a second run changes nothing.
 
 Refused (left untouched, reported as `path:line: Class: reason` on stderr, with the change that
-would let it through): ctx read back or passed to a helper inside forward; ctx used in loops,
-with/try blocks, nested functions, or in an if block that also computes values or tests a value
-forward computed; early or bare returns next to ctx calls; forward with *args/**kwargs or
-unknown decorators; super() calls other than `return super().forward(ctx, ...)` to a migrated
-class in the same file, and a backward that calls super(); a whole in-file class hierarchy when
-one of its classes is refused. Not seen: subclasses in other files (migrate them in the same
-run, or they keep calling the old forward(ctx, ...)).
+would let it through): ctx attributes forward does not set read back, or ctx passed to a
+helper inside forward; ctx used in loops, with/try blocks, nested functions, or in an if block
+whose condition tests a value forward computes; early or bare returns next to ctx calls;
+keyword-only or **kwargs parameters; unknown forward decorators; super() calls other than
+`return super().forward(ctx, ...)` to a migrated class in the same file, and a backward that
+calls super(); a whole in-file class hierarchy when one of its classes is refused. Not seen:
+subclasses in other files (migrate them in the same run, or they keep calling the old
+forward(ctx, ...)).
 """
 
 EXIT_STATUS = """\
