@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import compatfn
 from compatfn import _exports
+from compatfn.migrate import cli as migrate_cli
 
 HEADER = """\
 {about}
@@ -291,69 +292,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     vend.add_argument("dest", type=Path, help="the .py file to write, e.g. mypkg/_compat.py")
     vend.add_argument("--force", action="store_true", help="overwrite DEST if it exists")
-    _add_migrate_parser(sub)
+    migrate_cli.add_parser(sub)
     return parser
-
-
-MIGRATE_HELP = """\
-Rewrite legacy torch.autograd.Function classes (forward(ctx, ...)) to the setup_context style
-with @compatfn.function, so that they run on every torch from 1.8 and work with torch.func.
-
-Migrated, for every class deriving from torch.autograd.Function (any import spelling or alias,
-or from such a class in the same file) whose forward takes ctx:
-  - ctx.save_for_backward/save_for_forward/mark_dirty/mark_non_differentiable/
-    set_materialize_grads calls, ctx.attr = ... assignments, and if blocks made only of them,
-    move (in order) to setup_context(ctx, inputs, output);
-  - a value they use that forward computed (not an input or output) becomes an intermediate:
-    forward returns it after its outputs and the class gets @compatfn.function(intermediates=k);
-    one that setup_context could not compute again (reassigned or changed in place later,
-    random) is computed in forward at the same place under a new name;
-  - @classmethod methods that do not use cls become @staticmethod; a forward or backward that
-    uses cls becomes a classmethod _forward_impl/_backward_impl called from a staticmethod in
-    the class and in each subclass in the same file; `return super().forward(ctx, ...)` chains
-    to a migrated class in the same file are migrated with it;
-  - torch.cuda.amp / torch.amp custom_fwd and custom_bwd (and module-level switches between
-    them) become compatfn.custom_fwd/custom_bwd(device_type=...); the switch itself stays;
-  - @compatfn.function and `import compatfn` are added (--decorator: your vendored copy).
-Fn.apply(...) callers need no change; comments and formatting are kept; a second run changes
-nothing.
-
-Refused (left untouched, reported as `path:line: Class: reason` on stderr): ctx read back or
-passed to a helper inside forward; ctx used in loops, with/try blocks, nested functions, or in
-an if block that also computes values or tests a value forward computed; early returns next to
-ctx calls; forward with *args/**kwargs or unknown decorators; super() calls other than
-`return super().forward(ctx, ...)` to a migrated class in the same file; a whole in-file class
-hierarchy when one of its classes is refused. Not seen: subclasses in other files (migrate them
-in the same run, or they keep calling the old forward(ctx, ...)).
-
-Exit status: 0 done (refusals included), 1 with --check when a file would change, 2 a usage
-error (missing path, a file that does not parse, libcst not installed).
-"""
-
-
-def _add_migrate_parser(sub: Any) -> None:
-    mig = sub.add_parser(
-        "migrate",
-        help="rewrite legacy forward(ctx, ...) Functions to the setup_context style",
-        description=MIGRATE_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    mig.add_argument("paths", nargs="+", type=Path, metavar="PATH", help=".py files or folders")
-    mode = mig.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--diff", action="store_true", help="print a unified diff to stdout (the default)"
-    )
-    mode.add_argument("--write", action="store_true", help="rewrite the files in place")
-    mode.add_argument(
-        "--check", action="store_true", help="print the files that would change; exit 1 if any"
-    )
-    mig.add_argument(
-        "--decorator",
-        default="compatfn:function",
-        metavar="MODULE:NAME",
-        help="the decorator to add, e.g. mylib._autograd_compat:function for a vendored copy; "
-        "custom_fwd/custom_bwd come from the same module (default: compatfn:function)",
-    )
 
 
 def _vendor_command(dest: Path, force: bool) -> int:
@@ -386,27 +326,12 @@ def _report_command(as_json: bool) -> int:
     return 0 if all(row["ok"] for row in data["selfcheck"]) else 1
 
 
-def _migrate_command(args: argparse.Namespace) -> int:
-    try:
-        from compatfn import migrate
-    except ModuleNotFoundError as error:
-        if (error.name or "").split(".")[0] != "libcst":
-            raise
-        print(
-            "error: compatfn migrate needs libcst: pip install 'compatfn[migrate]'",
-            file=sys.stderr,
-        )
-        return 2
-    mode = "write" if args.write else "check" if args.check else "diff"
-    return migrate.run(args.paths, mode=mode, decorator=args.decorator)
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "vendor":
         return _vendor_command(args.dest, args.force)
     if args.command == "migrate":
-        return _migrate_command(args)
+        return migrate_cli.main(args)
     return _report_command(args.json)
 
 

@@ -3,7 +3,7 @@
 Models the patterns of torch/utils/checkpoint.py (CheckpointFunction: ctx attributes built in a
 loop over the arguments), bitsandbytes' bitsandbytes/autograd/_functions.py (MatMul8bitLt: an
 early return for empty inputs with its own ctx handling; state objects handed to helpers),
-and of Functions that read a ctx attribute back in forward or save under a data-dependent
+and of Functions that read ctx.needs_input_grad in forward or save under a data-dependent
 condition. Written for compatfn's tests; each class still works as written.
 """
 
@@ -14,15 +14,16 @@ def _remember(ctx, x):
     ctx.save_for_backward(x)
 
 
-class ReadsCtxBack(torch.autograd.Function):
+class ReadsNeedsInputGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
-        ctx.factor = 3.0
-        return x * ctx.factor
+        ctx.save_for_backward(x)
+        scale = 2.0 if ctx.needs_input_grad[0] else 1.0
+        return x * scale
 
     @staticmethod
     def backward(ctx, grad):
-        return grad * ctx.factor
+        return grad * 2.0
 
 
 class CtxToHelper(torch.autograd.Function):
@@ -89,9 +90,9 @@ class TensorIndicesLoop(torch.autograd.Function):
 CASES = {}
 #: class name -> the reason migrate gives (a substring of it).
 REFUSED = {
-    "ReadsCtxBack": "forward reads ctx.factor back",
+    "ReadsNeedsInputGrad": "forward reads ctx.needs_input_grad back, which forward does not set",
     "CtxToHelper": "forward passes ctx to _remember()",
     "DataConditionalSave": "ctx under a condition on y, a value forward computes",
     "EmptyEarlyReturn": "forward returns from more than one place",
-    "TensorIndicesLoop": "forward uses ctx inside a loop",
+    "TensorIndicesLoop": "forward returns an expression whose number of outputs migrate cannot read",
 }

@@ -6,8 +6,8 @@ in place, marked dirty and returned; a mask computed before the change is kept f
 Written for compatfn's tests.
 """
 
-import torch.autograd as ag
 import compatfn
+import torch.autograd as ag
 
 
 @compatfn.function

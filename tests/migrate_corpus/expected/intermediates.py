@@ -8,9 +8,9 @@ ctx before forward draws random numbers) and fla's fused dropout kernels (a seed
 Written for compatfn's tests.
 """
 
+import compatfn
 import torch
 from torch.autograd import Function
-import compatfn
 
 
 @compatfn.function(intermediates=2)

@@ -6,9 +6,9 @@ backward) and of PyTorch's multi-margin style losses (a mask of active margins k
 backward, the reduction kept as a ctx attribute). Written for compatfn's tests.
 """
 
+import compatfn
 import torch
 import torch.autograd
-import compatfn
 
 
 @compatfn.function(intermediates=1)

@@ -7,10 +7,10 @@ pytorch3d/ops/knn.py (_knn_points: integer indices returned and marked non-diffe
 torch_scatter-style functions that return a count next to a tensor. Written for compatfn's tests.
 """
 
+import compatfn
 import torch
 from torch.autograd import Function as F
 from torch.autograd.function import once_differentiable
-import compatfn
 
 
 @compatfn.function

@@ -6,9 +6,9 @@ deepspeed/runtime/zero/linear.py (saving only what the gradients that are needed
 Written for compatfn's tests.
 """
 
+import compatfn
 import torch
 from torch import autograd
-import compatfn
 
 
 @compatfn.function

@@ -1,0 +1,66 @@
+"""``python -m compatfn migrate``: the arguments and the dispatch, without importing LibCST (so
+that ``--help`` and the missing-LibCST message work without it).
+
+Example::
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    main(parser.parse_args(["migrate", "src/mylib", "--check"]))
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from .rules import DESCRIPTION, EXIT_STATUS, RULES
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``migrate`` subcommand to ``sub`` (an argparse subparsers object)."""
+    mig = sub.add_parser(
+        "migrate",
+        help="rewrite legacy forward(ctx, ...) Functions to the setup_context style",
+        description=f"{DESCRIPTION}\n\n{RULES}\n{EXIT_STATUS}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    mig.add_argument("paths", nargs="+", type=Path, metavar="PATH", help=".py files or folders")
+    mode = mig.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--diff", action="store_true", help="print a unified diff to stdout (the default)"
+    )
+    mode.add_argument("--write", action="store_true", help="rewrite the files in place")
+    mode.add_argument(
+        "--check", action="store_true", help="print the files that would change; exit 1 if any"
+    )
+    mig.add_argument(
+        "--strict",
+        action="store_true",
+        help="also exit 1 when a class is refused (a CI or pre-commit check that every legacy "
+        "Function is migrated)",
+    )
+    mig.add_argument(
+        "--decorator",
+        default="compatfn:function",
+        metavar="MODULE:NAME",
+        help="the decorator to add, e.g. mylib._autograd_compat:function for a vendored copy; "
+        "custom_fwd/custom_bwd come from the same module (default: compatfn:function)",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the parsed ``migrate`` command; exit status 2 with one line if LibCST is missing."""
+    try:
+        from .command import run
+    except ModuleNotFoundError as error:
+        if (error.name or "").split(".")[0] != "libcst":
+            raise
+        print(
+            "error: compatfn migrate needs libcst: pip install 'compatfn[migrate]'",
+            file=sys.stderr,
+        )
+        return 2
+    mode = "write" if args.write else "check" if args.check else "diff"
+    return run(args.paths, mode=mode, decorator=args.decorator, strict=args.strict)

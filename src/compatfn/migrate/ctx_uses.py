@@ -1,0 +1,217 @@
+"""What forward does with ctx: the statements that move to setup_context, the uses that do not,
+reads of attributes forward set itself (replaced by the value), and random draws.
+
+Example::
+
+    is_ctx_statement(cst.parse_statement("ctx.save_for_backward(x)\\n"), "ctx")  # True
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional, Sequence, Set
+
+import libcst as cst
+
+from .syntax import dotted, source_of, walk
+
+CTX_METHODS = {
+    "save_for_backward",
+    "save_for_forward",
+    "mark_dirty",
+    "mark_non_differentiable",
+    "set_materialize_grads",
+}
+#: Calls that draw random numbers, matched anywhere in the called name (``np.random.choice``,
+#: ``torch.randperm``, ``rng.integers``, ``dist.sample``): their values stay in forward.
+RANDOM_CALL = re.compile(
+    r"rand|bernoulli|multinomial|normal|uniform|dropout|rng|seed|exponential|geometric|cauchy|"
+    r"poisson|choice|permut|shuffle|sample|generator|gumbel|noise",
+    re.IGNORECASE,
+)
+
+
+def _is_ctx_call(node: cst.BaseSmallStatement, ctx: str) -> bool:
+    return (
+        isinstance(node, cst.Expr)
+        and isinstance(node.value, cst.Call)
+        and isinstance(node.value.func, cst.Attribute)
+        and isinstance(node.value.func.value, cst.Name)
+        and node.value.func.value.value == ctx
+        and node.value.func.attr.value in CTX_METHODS
+    )
+
+
+def _is_ctx_attribute(target: cst.BaseExpression, ctx: str) -> bool:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return all(_is_ctx_attribute(e.value, ctx) for e in target.elements)
+    return (
+        isinstance(target, cst.Attribute)
+        and isinstance(target.value, cst.Name)
+        and target.value.value == ctx
+    )
+
+
+def _is_ctx_small(node: cst.BaseSmallStatement, ctx: str) -> bool:
+    if _is_ctx_call(node, ctx):
+        return True
+    if isinstance(node, cst.Assign):
+        return all(_is_ctx_attribute(t.target, ctx) for t in node.targets)
+    return isinstance(node, cst.AnnAssign) and _is_ctx_attribute(node.target, ctx)
+
+
+def is_ctx_statement(stmt: cst.BaseStatement, ctx: str) -> bool:
+    """A ctx call or ctx attribute assignment, or an ``if`` made only of them."""
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return len(stmt.body) == 1 and _is_ctx_small(stmt.body[0], ctx)
+    if isinstance(stmt, cst.If):
+        orelse = stmt.orelse
+        if isinstance(orelse, cst.If) and not is_ctx_statement(orelse, ctx):
+            return False
+        blocks = [stmt.body, orelse.body] if isinstance(orelse, cst.Else) else [stmt.body]
+        return all(
+            isinstance(b, cst.IndentedBlock) and all(is_ctx_statement(s, ctx) for s in b.body)
+            for b in blocks
+        )
+    return False
+
+
+def ctx_misuse(stmt: cst.CSTNode, ctx: str) -> Optional[str]:
+    """Why a statement that is not a movable ctx statement uses ctx, or None if it does not."""
+    parents: List[cst.CSTNode] = []
+
+    def visit(node: cst.CSTNode) -> Optional[str]:
+        if isinstance(node, cst.Name) and node.value == ctx:
+            return _describe_ctx_use(node, parents)
+        parents.append(node)
+        try:
+            for child in node.children:
+                found = visit(child)
+                if found:
+                    return found
+        finally:
+            parents.pop()
+        return None
+
+    return visit(stmt)
+
+
+def _describe_ctx_use(name: cst.Name, parents: List[cst.CSTNode]) -> str:
+    parent = parents[-1] if parents else None
+    if isinstance(parent, cst.Arg) and len(parents) > 1 and isinstance(parents[-2], cst.Call):
+        callee = dotted(parents[-2].func) or source_of(parents[-2].func)
+        return (
+            f"forward passes ctx to {callee}(); move what it does with ctx into forward "
+            "(ctx calls and ctx.attr = ... there) to let it through"
+        )
+    kinds = [
+        (
+            (cst.For, cst.While),
+            "forward uses ctx inside a loop; collect the values in the loop and save them "
+            "once after it to let it through",
+        ),
+        (
+            (cst.FunctionDef, cst.Lambda),
+            "forward uses ctx inside a nested function; save in forward itself to let it through",
+        ),
+        (
+            (cst.With, cst.Try),
+            "forward uses ctx inside a with/try block; move the ctx calls after the block to "
+            "let it through",
+        ),
+        (
+            (cst.If,),
+            "forward uses ctx inside an if block that also computes values "
+            "(a conditional save that depends on data); compute them before the if to let it "
+            "through",
+        ),
+    ]
+    for types, reason in kinds:
+        if any(isinstance(node, types) for node in parents):
+            return reason
+    if isinstance(parent, cst.Attribute):
+        attr = parent.attr.value
+        return (
+            f"forward reads ctx.{attr} back, which forward does not set; use the value it "
+            "holds (an input's requires_grad for needs_input_grad) to let it through"
+        )
+    return "forward uses ctx in a way migrate cannot move to setup_context"
+
+
+def reads_attribute(statements: Sequence[cst.CSTNode], ctx: str, attr: str) -> bool:
+    """Whether any of ``statements`` reads ``ctx.attr``."""
+    return any(
+        isinstance(node, cst.Attribute)
+        and isinstance(node.value, cst.Name)
+        and node.value.value == ctx
+        and node.attr.value == attr
+        for stmt in statements
+        for node in walk(stmt, into_scopes=True)
+    )
+
+
+class ReadBacks(cst.CSTTransformer):
+    """Reads of ``ctx.attr`` in forward, for attributes forward set itself, replaced by the name
+    that holds the value (``aliases``: attribute -> name)."""
+
+    def __init__(self, ctx: str) -> None:
+        self.ctx = ctx
+        self.aliases: Dict[str, str] = {}
+
+    def apply(self, stmt: cst.BaseStatement) -> cst.BaseStatement:
+        if not self.aliases or self._writes_ctx(stmt):
+            return stmt
+        new = stmt.visit(self)
+        assert isinstance(new, cst.BaseStatement)
+        return new
+
+    def _writes_ctx(self, stmt: cst.CSTNode) -> bool:
+        for node in walk(stmt, into_scopes=True):
+            targets: List[cst.BaseExpression] = []
+            if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
+                targets = [node.target]
+            for target in targets:
+                if any(isinstance(n, cst.Name) and n.value == self.ctx for n in walk(target)):
+                    return True
+        return False
+
+    def leave_Attribute(
+        self, original_node: cst.Attribute, updated_node: cst.Attribute
+    ) -> cst.BaseExpression:
+        value = original_node.value
+        if isinstance(value, cst.Name) and value.value == self.ctx:
+            alias = self.aliases.get(original_node.attr.value)
+            if alias is not None:
+                return cst.Name(alias, lpar=updated_node.lpar, rpar=updated_node.rpar)
+        return updated_node
+
+
+def ctx_call_names(statements: Sequence[cst.CSTNode], ctx: str, method: str) -> Set[str]:
+    """The plain names passed to ``ctx.<method>(...)`` anywhere in ``statements``."""
+    found: Set[str] = set()
+    for stmt in statements:
+        for node in walk(stmt):
+            if (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and dotted(node.func) == f"{ctx}.{method}"
+            ):
+                found |= {a.value.value for a in node.args if isinstance(a.value, cst.Name)}
+    return found
+
+
+def value_expressions(small: cst.BaseSmallStatement) -> List[cst.BaseExpression]:
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        return [arg.value for arg in small.value.args]
+    if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
+        return [small.value]
+    return []
+
+
+def draws_random(expr: cst.CSTNode) -> bool:
+    for node in walk(expr, into_scopes=True):
+        if isinstance(node, cst.Call):
+            name = dotted(node.func) or source_of(node.func)
+            if RANDOM_CALL.search(name):
+                return True
+    return False

@@ -1,0 +1,157 @@
+"""Rewrite: apply the plans of one module's Functions and add the decorator's import.
+
+Example::
+
+    result = migrate_source(open("ops.py", "rb").read(), path="ops.py")
+    print(result.new_source)
+    for refusal in result.refusals:
+        print(refusal)  # ops.py:12: MyFn: forward passes ctx to _save(); ...
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Dict, List, Union
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from .imports import add_import
+from .plan import Plan, Planner, methods_of
+from .syntax import Refused
+
+DEFAULT_DECORATOR = "compatfn:function"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One refused class: printed as ``path:line: Class: reason``."""
+
+    path: str
+    line: int
+    name: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.name}: {self.reason}"
+
+
+@dataclass
+class Result:
+    """What :func:`migrate_source` did to one file (``encoding`` writes it back as it was)."""
+
+    path: str
+    old_source: str
+    new_source: str
+    migrated: List[str] = field(default_factory=list)
+    refusals: List[Refusal] = field(default_factory=list)
+    encoding: str = "utf-8"
+
+    @property
+    def changed(self) -> bool:
+        return self.new_source != self.old_source
+
+    def new_bytes(self) -> bytes:
+        """The new source encoded as the old one was (a UTF-8 byte-order mark kept)."""
+        return self.new_source.encode(self.encoding)
+
+    def diff(self) -> str:
+        """A unified diff from the old to the new source (empty when nothing changes)."""
+        return "".join(
+            difflib.unified_diff(
+                self.old_source.splitlines(keepends=True),
+                self.new_source.splitlines(keepends=True),
+                fromfile=f"a/{self.path}",
+                tofile=f"b/{self.path}",
+            )
+        )
+
+
+class ReplaceClasses(cst.CSTTransformer):
+    def __init__(self, new: Dict[int, cst.ClassDef]) -> None:
+        self.new = new
+
+    def leave_ClassDef(
+        self, original_node: cst.ClassDef, updated_node: cst.ClassDef
+    ) -> cst.ClassDef:
+        return self.new.get(id(original_node), updated_node)
+
+
+def refuse_families(planner: Planner) -> None:
+    """A refused class refuses its whole in-file hierarchy (subclasses chain to bases)."""
+    changed = True
+    while changed:
+        changed = False
+        for plan in planner.plans.values():
+            if plan.refusal is not None:
+                continue
+            relatives = [plan.base] if plan.base else []
+            relatives += [planner.plans[c] for c in planner.children.get(plan.name, [])]
+            for other in relatives:
+                if other is not None and other.refusal is not None:
+                    plan.refusal = Refused(
+                        f"{other.name} in the same class hierarchy is not migrated "
+                        f"({other.refusal.reason})"
+                    )
+                    changed = True
+                    break
+
+
+def rebuild(planner: Planner, plan: Plan) -> cst.ClassDef:
+    """The class of ``plan`` with its new methods and the decorator."""
+    node = plan.node
+    assert isinstance(node.body, cst.IndentedBlock)
+    body: List[cst.BaseStatement] = []
+    for stmt in node.body.body:
+        body += plan.replacements.get(id(stmt), [stmt])
+    body += plan.additions
+    decorators = [d for d in node.decorators if not planner.is_our_decorator(d)]
+    arg = f"(intermediates={plan.intermediates})" if plan.intermediates else ""
+    ours = cst.Decorator(cst.parse_expression(f"{planner.api}.{planner.function_name}{arg}"))
+    return node.with_changes(decorators=[ours, *decorators], body=node.body.with_changes(body=body))
+
+
+def _parse(source: Union[str, bytes]) -> cst.Module:
+    return cst.parse_module(source)
+
+
+def migrate_source(
+    source: Union[str, bytes], path: str = "<string>", decorator: str = DEFAULT_DECORATOR
+) -> Result:
+    """Migrate the legacy Functions of one module's source; never raises for a refused class.
+
+    ``source`` as bytes (a file's content) keeps its encoding, byte-order mark and line endings
+    (``Result.new_bytes()``). Raises ``libcst.ParserSyntaxError`` for source that does not parse.
+
+    Example::
+
+        result = migrate_source(text, "ops.py")
+        result.new_source, result.migrated, [str(r) for r in result.refusals]
+    """
+    wrapper = MetadataWrapper(_parse(source))
+    module = wrapper.module
+    old = source.decode(module.encoding) if isinstance(source, bytes) else source
+    positions = wrapper.resolve(PositionProvider)
+    planner = Planner(module, decorator)
+    result = Result(path, old, old, encoding=module.encoding)
+    plans = []
+    for node in planner.function_classes():
+        if planner.already_decorated(node) and "setup_context" in methods_of(node):
+            continue
+        plans.append(planner.plan(node))
+    refuse_families(planner)
+    new: Dict[int, cst.ClassDef] = {}
+    for plan in plans:
+        if plan.refusal is not None:
+            where = plan.refusal.node
+            line = positions[where if where in positions else plan.node].start.line  # type: ignore[index]
+            result.refusals.append(Refusal(path, line, plan.name, plan.refusal.reason))
+        elif plan.decorate:
+            new[id(plan.node)] = rebuild(planner, plan)
+            result.migrated.append(plan.name)
+    if not new:
+        return result
+    module = add_import(module.visit(ReplaceClasses(new)), planner.import_module, planner.api, path)
+    result.new_source = module.code
+    return result

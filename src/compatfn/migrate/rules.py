@@ -1,0 +1,61 @@
+"""The codemod's rules, written once: the ``--help`` text and docs/migrating.md show them as
+they are here (a test checks the page). Imports nothing, so ``--help`` works without LibCST.
+
+Example::
+
+    from compatfn.migrate.rules import RULES
+    print(RULES)
+"""
+
+RULES = """\
+Migrated, for every class deriving from torch.autograd.Function (any import spelling or alias,
+or from such a class in the same file) whose forward takes ctx:
+  - ctx.save_for_backward/save_for_forward/mark_dirty/mark_non_differentiable/
+    set_materialize_grads calls, ctx.attr = ... assignments, and if blocks made only of them,
+    move (in order) to setup_context(ctx, inputs, output);
+  - a value they use that forward computed (not an input or output) becomes an intermediate:
+    forward returns it after its outputs and the class gets @compatfn.function(intermediates=k);
+    one that setup_context could not compute again (reassigned, deleted or changed in place
+    later, random) is computed in forward at the same place under a new name;
+  - @classmethod methods that do not use cls become @staticmethod; a forward or backward that
+    uses cls becomes a classmethod _forward_impl/_backward_impl called from a staticmethod in
+    the class and in each subclass in the same file; `return super().forward(ctx, ...)` chains
+    to a migrated class in the same file are migrated with it;
+  - torch.cuda.amp / torch.amp custom_fwd and custom_bwd (and module-level switches between
+    them) become compatfn.custom_fwd/custom_bwd(device_type=...); the switch itself stays;
+  - forward(ctx, a, *args) becomes forward(a, *args) (setup_context unpacks inputs[:1] and
+    inputs[1:]); reads of ctx.attr in forward, where forward set it, use the value (a name of
+    its own where needed); an if block that computes values and saves some of them is split:
+    forward keeps the computation, setup_context the ctx statements under the same condition
+    (on inputs); ctx attributes set inside such blocks become local variables of forward;
+    @torch.no_grad()/enable_grad() on forward stay; a backward without @staticmethod gets it;
+    an input returned as it is and saved is returned as x.view_as(x) (torch 2.x requires it);
+  - @compatfn.function and `import compatfn` are added (--decorator: your vendored copy), where
+    isort and ruff put them.
+Fn.apply(...) callers need no change; comments, formatting, line endings, encoding and a
+byte-order mark are kept; a second run changes nothing.
+
+Refused (left untouched, reported as `path:line: Class: reason` on stderr, with the change that
+would let it through): ctx attributes forward does not set read back, or ctx passed to a
+helper inside forward; ctx used in loops, with/try blocks, nested functions, or in an if block
+whose condition tests a value forward computes; early or bare returns next to ctx calls;
+keyword-only or **kwargs parameters; unknown forward decorators; super() calls other than
+`return super().forward(ctx, ...)` to a migrated class in the same file, and a backward that
+calls super(); a whole in-file class hierarchy when one of its classes is refused. Not seen:
+subclasses in other files (migrate them in the same run, or they keep calling the old
+forward(ctx, ...)).
+"""
+
+EXIT_STATUS = """\
+Exit status: 0 done (refusals included, unless --strict); 1 with --check when a file would
+change, with --strict when a class is refused, or a file that cannot be written; 2 a usage error
+(missing path, a file that cannot be read or parsed, libcst not installed). Each file is
+handled on its own: one that fails is reported and the run goes on; --write replaces a file in
+one step, so none is ever half-written.
+"""
+
+DESCRIPTION = (
+    "Rewrite legacy torch.autograd.Function classes (forward(ctx, ...)) to the setup_context "
+    "style with @compatfn.function, so that they run on every torch from 1.8 and work with "
+    "torch.func."
+)

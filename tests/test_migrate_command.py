@@ -1,0 +1,160 @@
+"""compatfn.migrate.command: each file on its own, nothing half-written, bytes kept as they were,
+and exit statuses a CI can rely on (``--check``, ``--strict``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("libcst", reason="libcst is not installed: pip install 'compatfn[migrate]'")
+
+from compatfn.migrate import command
+
+LEGACY = """\
+import torch
+
+
+class Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad
+"""
+MIGRATED_HEAD = "import compatfn\nimport torch\n\n\n@compatfn.function\nclass Square("
+REFUSED_ONLY = """\
+import torch
+
+
+class Helper(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        save(ctx, x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+"""
+DEEP = "TOTAL = " + " + ".join(["1"] * 500) + "\n"
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "compatfn", "migrate", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+
+
+@pytest.mark.parametrize(
+    "name, data",
+    [
+        ("crlf", LEGACY.replace("\n", "\r\n").encode()),
+        ("bom", b"\xef\xbb\xbf" + LEGACY.encode()),
+        ("latin1", ("# -*- coding: latin-1 -*-\n# caf\xe9\n" + LEGACY).encode("latin-1")),
+    ],
+)
+def test_write_keeps_line_endings_encoding_and_bom(tmp_path, name, data):
+    # Hostile probe 5: CRLF files came back with LF line endings.
+    path = tmp_path / f"{name}.py"
+    path.write_bytes(data)
+    result = cli("--write", path.name, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    new = path.read_bytes()
+    if name == "crlf":
+        assert b"\r\n" in new and b"\n" not in new.replace(b"\r\n", b"")
+        assert new.decode().replace("\r\n", "\n").startswith(MIGRATED_HEAD)
+    elif name == "bom":
+        assert new.startswith(b"\xef\xbb\xbf" + MIGRATED_HEAD.encode())
+    else:
+        text = new.decode("latin-1")
+        assert "# caf\xe9\n" in text and "@compatfn.function\nclass Square(" in text
+    assert cli("--check", path.name, cwd=tmp_path).returncode == 0  # a second run: no change
+
+
+def test_a_long_expression_is_migrated_without_recursion_error(tmp_path):
+    # Hostile probe 6: a ~500-term sum anywhere in a file raised RecursionError (traceback).
+    (tmp_path / "deep.py").write_text(DEEP + LEGACY)
+    result = cli("--write", "deep.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    text = (tmp_path / "deep.py").read_text()
+    assert text.startswith(DEEP) and "import compatfn\nimport torch\n" in text
+    assert "@compatfn.function\nclass Square(" in text
+
+
+def test_a_failing_file_is_reported_and_the_run_goes_on(tmp_path):
+    (tmp_path / "a_broken.py").write_text("def (:\n")
+    (tmp_path / "b_ok.py").write_text(LEGACY)
+    result = cli("--write", ".", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "error: a_broken.py: cannot parse: " in result.stderr
+    assert "Traceback" not in result.stderr
+    assert (tmp_path / "b_ok.py").read_text().startswith(MIGRATED_HEAD)
+
+
+def test_an_unwritable_file_is_reported_whole_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
+    # Hostile probe 7: --write onto a file that cannot be written raised PermissionError and
+    # aborted the run.
+    for stem in ("a", "b"):
+        (tmp_path / f"{stem}.py").write_text(LEGACY)
+    replace = os.replace
+
+    def failing_replace(src, dst):
+        if Path(dst).name == "a.py":
+            raise PermissionError(13, "Permission denied")
+        replace(src, dst)
+
+    monkeypatch.setattr(command.os, "replace", failing_replace)
+    status = command.run([tmp_path], mode="write")
+    err = capsys.readouterr().err
+    assert status == 1
+    assert f"error: cannot write {(tmp_path / 'a.py').as_posix()}: Permission denied" in err
+    assert (tmp_path / "a.py").read_text() == LEGACY  # untouched, not half-written
+    assert (tmp_path / "b.py").read_text().startswith(MIGRATED_HEAD)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "b.py"]  # no temporary left
+
+
+def test_write_keeps_the_permission_bits(tmp_path):
+    path = tmp_path / "ops.py"
+    path.write_text(LEGACY)
+    path.chmod(0o640)
+    assert cli("--write", "ops.py", cwd=tmp_path).returncode == 0
+    assert path.stat().st_mode & 0o777 == 0o640
+
+
+def test_check_fails_on_changes_and_strict_also_on_refusals(tmp_path):
+    # A tree where every Function is refused: --check is green (nothing would change), --strict
+    # is red (what a CI that wants everything migrated checks).
+    (tmp_path / "refused.py").write_text(REFUSED_ONLY)
+    check = cli("--check", ".", cwd=tmp_path)
+    assert check.returncode == 0 and check.stdout == ""
+    assert "refused.py:7: Helper: forward passes ctx to save()" in check.stderr
+    strict = cli("--check", "--strict", ".", cwd=tmp_path)
+    assert strict.returncode == 1
+    (tmp_path / "legacy.py").write_text(LEGACY)
+    check = cli("--check", ".", cwd=tmp_path)
+    assert check.returncode == 1 and check.stdout == "would migrate legacy.py: Square\n"
+    assert cli("--strict", "legacy.py", cwd=tmp_path).returncode == 0  # a diff, no refusal
+
+
+def test_help_shows_the_rules_and_exit_statuses():
+    from compatfn.migrate.rules import EXIT_STATUS, RULES
+
+    result = subprocess.run(
+        [sys.executable, "-m", "compatfn", "migrate", "--help"], capture_output=True, text=True
+    )
+    assert result.returncode == 0
+    assert RULES in result.stdout and EXIT_STATUS in result.stdout
+    assert "--strict" in result.stdout

@@ -1,0 +1,204 @@
+"""Run ``compatfn migrate`` on real libraries and their own tests, original against migrated.
+
+The libraries' code never enters this repository: unpack their sdists (``pip download --no-deps
+--no-binary :all: NAME==VERSION``) into a scratch folder, then::
+
+    python -m tools.real_corpus SCRATCH --python /path/venv-113/bin/python \\
+        --python /path/venv-213/bin/python
+
+Each Python needs torch, pytest and the libraries' test dependencies, and libcst; compatfn is
+taken from this checkout's ``src/``. For every library the script copies the sdist twice
+(``SCRATCH/work/<lib>/original`` and ``.../migrated``), migrates the second copy with
+``--write``, checks that a second run changes nothing, runs the library's tests that exercise
+its Functions on both copies with every Python, and prints a Markdown table (and writes it as
+JSON to ``SCRATCH/work/real_corpus.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+
+@dataclass(frozen=True)
+class Library:
+    """One sdist: its folder name, the package to migrate and the tests to run (pytest args)."""
+
+    name: str
+    version: str
+    folder: str
+    package: str
+    tests: Tuple[str, ...]
+
+
+LIBRARIES = (
+    Library(
+        "linear_operator",
+        "0.6.1",
+        "linear_operator-0.6.1",
+        "linear_operator",
+        ("test/functions",),
+    ),
+    Library(
+        "memory-efficient-attention-pytorch",
+        "0.1.6",
+        "memory-efficient-attention-pytorch-0.1.6",
+        "memory_efficient_attention_pytorch",
+        ("tests/test.py",),
+    ),
+    Library(
+        "pytorch_wavelets",
+        "1.3.0",
+        "pytorch_wavelets-1.3.0",
+        "pytorch_wavelets",
+        (
+            "tests/test_dwt.py",
+            "tests/test_dwt1d.py",
+            "tests/test_dtcwt.py",
+            "tests/test_scatnet_fwd.py",
+        ),
+    ),
+    Library("sparsemax", "0.1.9", "sparsemax-0.1.9", "sparsemax", ("tests/test_sparsemax.py",)),
+    Library(
+        "torch-struct",
+        "0.5",
+        "torch_struct-0.5",
+        "torch_struct",
+        ("torch_struct/test_algorithms.py", "-k", "simple or sparse_max or hmm"),
+    ),
+    Library(
+        "torchkbnufft", "1.5.2", "torchkbnufft-1.5.2", "torchkbnufft", ("tests/test_interp.py",)
+    ),
+    Library("torchsde", "0.2.6", "torchsde-0.2.6", "torchsde", ("tests/test_adjoint.py",)),
+)
+
+SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)")
+
+
+def _env(root: Path) -> Dict[str, str]:
+    return {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{SRC}", "PYTHONWARNINGS": "ignore"}
+
+
+def migrate(python: str, root: Path, package: str, mode: str) -> Tuple[int, str]:
+    """(exit status, stderr) of ``compatfn migrate --<mode>`` on ``root/package``."""
+    done = subprocess.run(
+        [python, "-m", "compatfn", "migrate", f"--{mode}", package],
+        cwd=root,
+        env=_env(root),
+        capture_output=True,
+        text=True,
+    )
+    return done.returncode, done.stderr
+
+
+def counts(stderr: str) -> Tuple[int, List[str]]:
+    """(migrated, refusal lines) from the command's stderr."""
+    last = re.search(r"migrated (\d+) class", stderr)
+    refusals = [line for line in stderr.splitlines() if re.match(r"^\S+:\d+: \w+: ", line)]
+    return int(last.group(1)) if last else 0, refusals
+
+
+def run_tests(python: str, root: Path, tests: Sequence[str]) -> Dict[str, int]:
+    """pytest's closing counts for ``tests`` run in ``root``."""
+    done = subprocess.run(
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *tests],
+        cwd=root,
+        env=_env(root),
+        capture_output=True,
+        text=True,
+    )
+    lines = done.stdout.strip().splitlines()
+    found = {kind.rstrip("s"): int(n) for n, kind in SUMMARY.findall(lines[-1] if lines else "")}
+    return found or {"no result": done.returncode}
+
+
+def run_library(scratch: Path, library: Library, pythons: Sequence[str]) -> Dict[str, object]:
+    work = scratch / "work" / library.name
+    shutil.rmtree(work, ignore_errors=True)
+    for copy in ("original", "migrated"):
+        shutil.copytree(scratch / library.folder, work / copy)
+    _, stderr = migrate(pythons[0], work / "migrated", library.package, "write")
+    migrated, refusals = counts(stderr)
+    again, _ = migrate(pythons[0], work / "migrated", library.package, "check")
+    row: Dict[str, object] = {
+        "library": library.name,
+        "version": library.version,
+        "found": migrated + len(refusals),
+        "migrated": migrated,
+        "refused": [line.split(": ", 1)[1] for line in refusals],
+        "second run changes nothing": again == 0,
+    }
+    if not migrated:
+        row["tests"] = "not run: nothing migrated, the copies are identical"
+        return row
+    for python in pythons:
+        version = subprocess.run(
+            [python, "-c", "import torch; print(torch.__version__)"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        results = {
+            copy: run_tests(python, work / copy, library.tests) for copy in ("original", "migrated")
+        }
+        row[f"torch {version}"] = results
+    return row
+
+
+def _outcome(results: object) -> str:
+    """``N passed`` on both copies, or the two counts when they differ."""
+    if not isinstance(results, dict):
+        return str(results)
+    original, migrated = results["original"], results["migrated"]
+    shown = ", ".join(f"{n} {kind}" for kind, n in sorted(original.items()))
+    return f"identical: {shown}" if original == migrated else f"{original} vs {migrated}"
+
+
+def table(rows: Sequence[Dict[str, object]]) -> str:
+    """The Markdown table of the docs: library, version, counts, test outcome per torch."""
+    torches = sorted({key for row in rows for key in row if key.startswith("torch ")})
+    head = ["library", "version", "Functions", "migrated", "refused (reason)", *torches]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        refused = row["refused"]
+        assert isinstance(refused, list)
+        reasons = "; ".join(refused) or "none"
+        cells = [row["library"], row["version"], row["found"], row["migrated"], reasons]
+        cells += [_outcome(row.get(t, row.get("tests", ""))) for t in torches]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scratch", type=Path, help="the folder holding the unpacked sdists")
+    parser.add_argument("--python", action="append", default=[], help="an interpreter")
+    parser.add_argument("--only", action="append", help="run only these libraries")
+    parser.add_argument("--table", action="store_true", help="print the table of the last run")
+    args = parser.parse_args(list(argv) or None)
+    saved = args.scratch / "work" / "real_corpus.json"
+    if args.table:
+        print(table(json.loads(saved.read_text())))
+        return 0
+    rows = []
+    (args.scratch / "work").mkdir(exist_ok=True)
+    for library in LIBRARIES:
+        if args.only and library.name not in args.only:
+            continue
+        rows.append(run_library(args.scratch, library, args.python))
+        print(json.dumps(rows[-1]), flush=True)
+        saved.write_text(json.dumps(rows, indent=2))
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
