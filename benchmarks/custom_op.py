@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/custom_op.py                 # prints the table
-    python benchmarks/custom_op.py --write         # also benchmarks/results/custom_op-torch<X>.json
+    python benchmarks/custom_op.py --write  # also benchmarks/results/custom_op-torch<X>-cpu.json
 
 One operator, ``x * scale`` with its backward, on a 1-element CPU tensor, made four ways: a
 hand-written legacy ``forward(ctx, x, scale)`` Function (the baseline, ratio 1.0), the op that
@@ -18,31 +18,14 @@ run in one process in alternating rounds of short blocks; the fastest block of e
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import platform
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import results_json  # next to this script
 import torch
+from overhead import HandLegacy  # next to this script: the same baseline
 from torch.utils.benchmark import Timer
 
 from compatfn import library
-
-RESULTS = Path(__file__).resolve().parent / "results"
-
-
-class HandLegacy(torch.autograd.Function):
-    """The baseline: what a user writes by hand."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:  # type: ignore[override]
-        ctx.scale = scale
-        return x * scale
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[torch.Tensor, None]:  # type: ignore[override]
-        return grad * ctx.scale, None
 
 
 def make_op(tier: str, namespace: str) -> Any:
@@ -130,19 +113,7 @@ def table(best: Dict[Tuple[str, str], float]) -> Dict[str, Any]:
             us = best[(label, phase)]
             row += [round(us, 2), round(us / best[(labels[0], phase)], 2)]
         rows.append(row)
-    return {
-        "meta": {
-            "benchmark": "custom_op",
-            "title": "compatfn.custom_op per call vs a hand-written Function (1-element CPU)",
-            "command": "python benchmarks/custom_op.py --write",
-            "date": datetime.date.today().isoformat(),
-            "torch": str(torch.__version__).split("+")[0],
-            "python": platform.python_version(),
-            "device": "cpu",
-        },
-        "columns": columns,
-        "rows": rows,
-    }
+    return {"columns": columns, "rows": rows}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -157,9 +128,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     for row in [result["columns"], *result["rows"]]:
         print("  ".join(str(v).ljust(w) for v, w in zip(row, widths)))
     if args.write:
-        RESULTS.mkdir(exist_ok=True)
-        path = RESULTS / f"custom_op-torch{result['meta']['torch']}.json"
-        path.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        path = results_json.write(
+            "custom_op",
+            "compatfn.custom_op per call vs a hand-written Function (1-element CPU)",
+            "python benchmarks/custom_op.py --write",
+            result["columns"],
+            result["rows"],
+            "cpu",
+        )
         print(f"wrote {path}")
     return 0
 
