@@ -203,6 +203,21 @@ def test_defining_a_name_again_replaces_the_op(tier):
         )
 
 
+@pytest.mark.parametrize("tier", TIERS)
+def test_older_op_objects_stay_safe_after_many_redefinitions(tier):
+    """torch's own custom_op (2.4+) leaves older op objects on a destroyed operator: calling one
+    read freed memory (wrong kernel, bad_alloc or a segfault). Each older object follows the
+    newest definition, registrations made through it included."""
+    qualname = f"{fresh(tier)}::often"
+    ops = []
+    for round_ in range(40):
+        ops.append(make(tier, "", qualname=qualname)(_adding(float(round_))))
+        for op in ops[-5:]:
+            assert torch.equal(op(torch.zeros(1)), torch.full((1,), float(round_)))
+    ops[0].register_kernel("cpu", lambda x, scale=1.0: x - 1)
+    assert torch.equal(ops[-1](torch.zeros(1)), torch.full((1,), -1.0))
+
+
 @pytest.mark.parametrize("tier", [t for t in TIERS if t == "registered"])
 def test_defining_a_name_again_with_another_schema(tier):
     """torch < 2.4 cannot remove an operator: an error at definition that says so."""
