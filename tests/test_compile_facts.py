@@ -1,0 +1,72 @@
+"""core's dynamo facts, measured on the installed torch: each names where dynamo mishandles a
+setup_context-style Function written WITHOUT compatfn that a hand-written legacy Function of the
+same math compiles. The facts decide at decoration what a decorated class is
+(``CLASS_TAKES_LEGACY_FORM``); this test fails on any release where a fact's version range is
+wrong, in either direction.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import pytest
+import torch
+
+from compatfn import core
+from toy_functions import make_clip, make_hand_written_clip
+
+WHY_NOT = core.dynamo_unsupported()
+pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")
+
+CALLS = {
+    "positional": lambda cls, t: cls.apply(t, 0.5) * 2,
+    "keywords": lambda cls, t: cls.apply(t, clip=0.5) * 2,
+}
+
+#: (call, grad) -> the facts that say dynamo mishandles an undecorated setup_context class there.
+CASES = {
+    ("positional", True): lambda: core.DYNAMO_REJECTS_SETUP_CONTEXT,
+    ("positional", False): lambda: core.DYNAMO_PASSES_CTX_WITHOUT_GRAD,
+    ("keywords", False): lambda: (
+        core.DYNAMO_PASSES_CTX_WITHOUT_GRAD or core.DYNAMO_PASSES_CTX_WITH_KEYWORDS
+    ),
+}
+
+
+def _compile_error(cls: Any, call: str, grad: bool) -> Optional[str]:
+    """The error of ``torch.compile(fullgraph=True)`` on a call of ``cls``, or None."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    x = torch.linspace(-1, 1, 8).requires_grad_(grad)
+    run: Callable[[torch.Tensor], torch.Tensor] = lambda t: CALLS[call](cls, t)  # noqa: E731
+    try:
+        y = torch.compile(run, backend="aot_eager", fullgraph=True)(x)
+        if grad:
+            y.sum().backward()
+    except Exception as error:  # reported in the assertion below
+        return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    finally:
+        torch._dynamo.reset()
+    return None
+
+
+@pytest.mark.parametrize(("call", "grad"), list(CASES), ids=lambda v: str(v))
+def test_dynamo_fact_matches_this_torch(call: str, grad: bool) -> None:
+    fact = CASES[(call, grad)]()
+    undecorated = _compile_error(make_clip(decorated=False), call, grad)
+    control = _compile_error(make_hand_written_clip(), call, grad)
+    if control is not None:
+        # torch's limit for every Function (2.2 without grad): the fact cannot be observed here,
+        # but the undecorated class must not compile where the control does not.
+        assert undecorated is not None, f"control fails ({control}), undecorated compiles"
+        return
+    assert (undecorated is not None) == fact, (
+        f"torch {torch.__version__}: fact says dynamo "
+        f"{'mishandles' if fact else 'handles'} a setup_context-style class called "
+        f"{call} {'with' if grad else 'without'} grad; measured: {undecorated or 'it compiles'}"
+    )
+
+
+def test_the_class_takes_the_legacy_form_exactly_where_a_fact_holds() -> None:
+    assert core.CLASS_TAKES_LEGACY_FORM == any(fact() for fact in CASES.values())
