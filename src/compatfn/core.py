@@ -184,7 +184,7 @@ except ImportError:  # torch 1.x (no functorch in core)
 
 #: torch 2.0-2.3: dynamo rejects setup_context-style Functions ("NYI - autograd.Function with
 #: custom setup_context method") when an input requires grad; the legacy form compiles
-#: (measured on 2.1, 2.2, 2.3). See NOTE: [the class takes the legacy form].
+#: (measured on 2.1, 2.2, 2.3; 2.4-2.15 compile). See NOTE: [the class takes the legacy form].
 # Upstream: https://github.com/pytorch/pytorch/issues/118397
 DYNAMO_REJECTS_SETUP_CONTEXT = HAS_SETUP_CONTEXT and TORCH_VERSION < (2, 4)
 
@@ -197,7 +197,8 @@ DYNAMO_PASSES_CTX_WITHOUT_GRAD = HAS_SETUP_CONTEXT and TORCH_VERSION < (2, 6)
 
 #: torch 2.6-2.12: the same with keyword arguments (``Fn.apply(x, clip=0.5)``: "multiple values
 #: for argument 'clip'"): 2.6's fix drops the ctx only when the positional arguments alone fill
-#: forward. Measured: 2.6, 2.10 and 2.12 fail, 2.13 compiles; a hand-written Function compiles.
+#: forward. Measured: 2.6, 2.7, 2.9, 2.10, 2.11 and 2.12 fail, 2.13-2.15 compile; a hand-written
+#: Function compiles (tests/test_compile_facts.py measures every fact on each row).
 # Upstream: https://github.com/pytorch/pytorch/pull/137809
 DYNAMO_PASSES_CTX_WITH_KEYWORDS = HAS_SETUP_CONTEXT and (2, 6) <= TORCH_VERSION < (2, 13)
 
