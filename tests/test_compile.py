@@ -23,7 +23,11 @@ from compatfn import core
 from toy_functions import make_clip, make_hand_written_clip
 
 WHY_NOT = core.dynamo_unsupported()
-pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")
+pytestmark = [
+    pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or ""),
+    # Dynamo's caches are process-wide: every test starts and ends with a clean slate.
+    pytest.mark.usefixtures("fresh_dynamo"),
+]
 
 PATHS = [pytest.param(None, id="default-path"), pytest.param(True, id="legacy-forced")]
 CALLS = {
@@ -31,18 +35,6 @@ CALLS = {
     "keywords": lambda cls, t: cls.apply(t, clip=0.5) * 2,
     "all-keywords": lambda cls, t: cls.apply(x=t, clip=0.5) * 2,
 }
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo() -> Any:
-    """Dynamo's caches are process-wide: every test starts and ends with a clean slate."""
-    import torch._dynamo
-
-    torch._dynamo.reset()
-    try:
-        yield
-    finally:
-        torch._dynamo.reset()
 
 
 def _compiled_run(

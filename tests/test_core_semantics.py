@@ -177,14 +177,14 @@ def test_tuple_output_passed_as_returned():
     assert type(output) is tuple and len(output) == 2
 
 
-def test_non_tensor_output_passed_through():
+def test_non_tensor_output_passed_through(device):
     log: list = []
 
     def forward(x):
         return x * 2, 7
 
     fn = recorder(forward, log)
-    _, seven = fn.apply(double(2))  # torch 1.8 itself rejects non-tensor outputs
+    _, seven = fn.apply(double(2, device=device))  # torch 1.8 itself rejects non-tensor outputs
     assert seven == 7 and log[-1][1][1] == 7
 
 
@@ -252,25 +252,29 @@ class DirtyWithCount(torch.autograd.Function):
         return grad * 2
 
 
-def test_non_tensor_output_never_leaks_into_the_next_call():
+def test_non_tensor_output_never_leaks_into_the_next_call(device):
     with pytest.raises(RuntimeError, match="leaf"):
-        DirtyWithCount.apply(double(3))  # torch refuses an in-place leaf after forward ran
-    x = double(4)
+        # torch refuses an in-place leaf after forward ran
+        DirtyWithCount.apply(double(3, device=device))
+    x = double(4, device=device)
     assert torch.equal(ClippedReLU.apply(x), x.clamp(0, 1))  # tensors only: nothing left over
-    a, count, b = WithCount.apply(double(2))
+    a, count, b = WithCount.apply(double(2, device=device))
     assert count == 2 and a.shape == (2,) and b.shape == (2,)
-    x = double(2) * 1
+    leaf = double(2, device=device)
+    x = leaf * 1
     y, one = DirtyWithCount.apply(x)
-    assert one == 1 and y is x
+    assert one == 1 and y is x and y.device == leaf.device
+    y.sum().backward()  # mark_dirty with a non-tensor output: the gradient flows through
+    assert torch.equal(leaf.grad, torch.full_like(leaf, 2))
 
 
-def test_non_tensor_outputs_are_thread_safe():
+def test_non_tensor_outputs_are_thread_safe(device):
     errors: list = []
 
     def worker(n: int) -> None:
         try:
             for _ in range(200):
-                x = double(n)
+                x = double(n, device=device)
                 a, count, b = WithCount.apply(x)
                 assert count == n and a.shape == (n,) and b.shape == (n,)
         except Exception as error:  # pragma: no cover - reported below

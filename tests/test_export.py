@@ -22,9 +22,12 @@ import compatfn
 from toy_functions import make_clip, make_hand_written_clip
 
 export = getattr(torch, "export", None)
-pytestmark = pytest.mark.skipif(
-    export is None or not hasattr(export, "export"), reason="torch.export needs torch >= 2.1"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        export is None or not hasattr(export, "export"), reason="torch.export needs torch >= 2.1"
+    ),
+    pytest.mark.usefixtures("fresh_dynamo"),  # dynamo's caches are process-wide
+]
 #: Whether this torch's export takes ``strict=`` (non-strict export: torch >= 2.2).
 NON_STRICT = export is not None and "strict" in inspect.signature(export.export).parameters
 MODES = [
@@ -38,17 +41,6 @@ MODES = [
     ),
 ]
 PATHS = [pytest.param(None, id="default-path"), pytest.param(True, id="legacy-forced")]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo() -> Any:
-    import torch._dynamo
-
-    torch._dynamo.reset()
-    try:
-        yield
-    finally:
-        torch._dynamo.reset()
 
 
 class Calls(torch.nn.Module):

@@ -17,6 +17,7 @@ import torch
 import compatfn
 import compatfn.relu as R
 from compatfn.testing import check_function, saved_bytes
+from compatfn.testing._compile_probes import plain_compile_failure
 
 CLIP = 2.0
 HAS_HOOKS = hasattr(getattr(torch.autograd, "graph", None), "saved_tensors_hooks")
@@ -210,7 +211,7 @@ def test_check_function(name: str, device: torch.device) -> None:
         elif "compile" not in report.ran:
             why = report.skipped["compile"]
             assert f"ctx.{CTX_FEATURE[name]}" in why and str(torch.__version__) in why, why
-            assert compatfn.testing._plain_compile_failure(CTX_FEATURE[name], "aot_eager")
+            assert plain_compile_failure(CTX_FEATURE[name], "aot_eager")
 
 
 @pytest.mark.usefixtures("fresh_dynamo")
@@ -222,7 +223,7 @@ def test_compile_runs_or_skips_for_a_proven_limitation(name: str, device: torch.
         pytest.skip(why)
     _, cls, extra, _ = CASES[name]
     feature = CTX_FEATURE[name]
-    plain = compatfn.testing._plain_compile_failure(feature, "aot_eager")
+    plain = plain_compile_failure(feature, "aot_eager")
     if TORCH == (2, 1):  # measured: dynamo 2.1 cannot inline these FunctionCtx methods
         assert plain is not None and plain.error == "Unsupported", plain
         assert plain.ctx_methods == (feature,), plain
@@ -331,20 +332,6 @@ def test_mask_relu_handles_undefined_gradients(device: torch.device) -> None:
     assert x.grad is not None and x.grad.tolist() == [0.0, 0.0]
 
 
-def _n_values() -> List[int]:
-    return [0, 1, 7, 8, 9, 63, 64, 65, 1000, 10007]
-
-
-def test_bit_packing_roundtrip(device: torch.device) -> None:
-    gen = torch.Generator().manual_seed(0)
-    for n in _n_values():
-        y = torch.rand(n, generator=gen).sub(0.5).clamp(min=0).to(device)
-        packed = R._pack_nonzero(y)
-        assert packed.dtype == torch.uint8 and packed.numel() == (n + 7) // 8
-        keep = R._unpack_keep(packed, n, torch.float32)
-        assert torch.equal(keep > 0, y != 0), n
-
-
 def _randn(n: int, device: torch.device, seed: int = 0) -> torch.Tensor:
     """Seeded values (the same on every device), requiring grad."""
     gen = torch.Generator().manual_seed(seed)
@@ -440,18 +427,21 @@ def test_wrappers_expose_forward_signature_and_docs() -> None:
         assert wrapper.__doc__ and "Example" in wrapper.__doc__
 
 
-def test_module_imports_only_torch_and_stdlib() -> None:
+def test_package_imports_only_torch_and_stdlib() -> None:
+    """compatfn.relu and compatfn.testing, every module of them: standard library and torch."""
     import ast
     import sys
+    from pathlib import Path
 
-    for module in (R, compatfn.testing):
-        tree = ast.parse(open(module.__file__).read())  # noqa: SIM115
-        names = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names |= {a.name.split(".")[0] for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names.add(node.module.split(".")[0])
-        stdlib = getattr(sys, "stdlib_module_names", None)
-        for name in names - {"torch", "compatfn", "__future__"}:
-            assert stdlib is None or name in stdlib, f"{module.__name__} imports {name}"
+    for package in (R, compatfn.testing):
+        for path in sorted(Path(str(package.__file__)).parent.glob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            names = set()
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    names |= {a.name.split(".")[0] for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names.add(node.module.split(".")[0])
+            stdlib = getattr(sys, "stdlib_module_names", None)
+            for name in names - {"torch", "compatfn", "__future__"}:
+                assert stdlib is None or name in stdlib, f"{path} imports {name}"

@@ -1,0 +1,278 @@
+"""The checks of :func:`~compatfn.testing.check_function`, one small function each, registered by
+name with ``@_check`` in :data:`REGISTRY`, with the helpers only they use.
+
+Example::
+
+    >>> sorted(REGISTRY)[:3]
+    ['compile', 'forward', 'forward_ad']
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+import compatfn
+from compatfn import core
+from compatfn.testing._case import (
+    Case,
+    diff_inputs,
+    leaves_and_arguments,
+    once_differentiable,
+    run_with_grads,
+    tensors,
+    weights,
+)
+from compatfn.testing._compare import Comparison
+from compatfn.testing._compile_probes import torch_ctx_limitation
+
+__all__ = ["REGISTRY"]
+
+
+#: A check: raises ``AssertionError`` on a failure; returns ``None`` when it ran, else why not.
+_CheckFn = Callable[[Case], Optional[str]]
+
+#: check name -> the check, filled by ``@_check``; :func:`~compatfn.testing.check_function` runs
+#: them in the order of :data:`~compatfn.testing.CHECKS`.
+REGISTRY: Dict[str, _CheckFn] = {}
+
+
+def _check(name: str) -> Callable[[_CheckFn], _CheckFn]:
+    """Register the decorated function as the check ``name`` (one of ``testing.CHECKS``)."""
+
+    def register(check: _CheckFn) -> _CheckFn:
+        REGISTRY[name] = check
+        return check
+
+    return register
+
+
+# --------------------------------------------------------------------------- the checks
+
+
+@_check("forward")
+def _check_forward(case: Case) -> Optional[str]:
+    _, used = leaves_and_arguments(case.inputs)
+    versions = {i: v._version for i, v in tensors(used)}
+    try:
+        out = case.call(*used, **case.kwargs)
+    except Exception as exc:
+        raise case.failure("forward", f"{type(exc).__name__}: {exc}") from exc
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    for i, v in tensors(used):
+        if v._version != versions[i] and not any(o is v for o in outs):
+            raise case.failure(
+                "forward",
+                f"input {i} was modified in place but not returned "
+                "(an in-place forward must return the input and "
+                "call ctx.mark_dirty on it)",
+            )
+    return None
+
+
+@_check("gradcheck")
+def _check_gradcheck(case: Case) -> Optional[str]:
+    if not case.diff:
+        return "no input has requires_grad=True"
+    _numerical(case, "gradcheck", torch.autograd.gradcheck)
+    return None
+
+
+@_check("gradgradcheck")
+def _check_gradgradcheck(case: Case) -> Optional[str]:
+    if not case.diff:
+        return "no input has requires_grad=True"
+    if case.is_class and once_differentiable(case.fn):
+        return "backward is @once_differentiable"
+    _numerical(case, "gradgradcheck", torch.autograd.gradgradcheck)
+    return None
+
+
+@_check("forward_ad")
+def _check_forward_ad(case: Case) -> Optional[str]:
+    if not case.is_class:
+        return "not a Function class (cannot tell whether jvp is defined)"
+    if not case.defines("jvp"):
+        return f"{case.name} defines no jvp"
+    if not case.diff:
+        return "no input has requires_grad=True"
+    if not core.CTX_HAS_SAVE_FOR_FORWARD:
+        return (
+            f"torch {torch.__version__} has no forward-mode AD for custom "
+            "Functions (save_for_forward/jvp: torch >= 1.11)"
+        )
+    _numerical(
+        case,
+        "forward_ad",
+        torch.autograd.gradcheck,
+        check_forward_ad=True,
+        check_backward_ad=False,
+        check_undefined_grad=False,
+        check_batched_grad=False,
+    )
+    return None
+
+
+@_check("parity")
+def _check_parity(case: Case) -> Optional[str]:
+    if not case.is_class:
+        return "not a Function class"
+    mode = compatfn.mode(case.fn)
+    if mode != "native":
+        if mode == "dual":
+            why = "it takes the legacy form on this torch (mode 'dual'), as the legacy path does"
+        elif not core.HAS_SETUP_CONTEXT:
+            why = "torch < 2.0 has only the legacy path"
+        else:
+            why = "it runs on the legacy path (legacy=True or COMPATFN_LEGACY=1)"
+        return f"{case.name} has no native path to compare: {why}"
+    legacy = compatfn.as_legacy(case.fn)
+    native_out, native_grads, _ = run_with_grads(case.fn.apply, case.inputs, case.kwargs)
+    legacy_out, legacy_grads, _ = run_with_grads(legacy.apply, case.inputs, case.kwargs)
+    same = Comparison(case.name, "parity", exact=True)
+    same.check("outputs (native vs legacy)", native_out, legacy_out)
+    same.check("gradients (native vs legacy)", native_grads, legacy_grads)
+    return None
+
+
+@_check("vmap")
+def _check_vmap(case: Case) -> Optional[str]:
+    why = _vmap_skip_reason(case)
+    if why:
+        return why
+    core.prepare_torch_func()
+    _vmap_matches_loop(case)
+    return None
+
+
+@_check("compile")
+def _check_compile(case: Case) -> Optional[str]:
+    why = core.dynamo_unsupported()
+    if why is None and case.defines("jvp"):
+        why = "torch.compile (dynamo) does not trace Functions that define a custom jvp"
+    if why:
+        return why
+    targets: List[Tuple[str, Callable[..., Any]]] = [
+        ("compatfn.functional", compatfn.functional(case.fn) if case.is_class else case.fn)
+    ]
+    if case.is_class:  # a direct Fn.apply compiles wherever a hand-written Function does
+        targets.append(("apply", case.fn.apply))
+    limitation = None
+    for label, target in targets:
+        limitation = _compiled_matches_eager(case, target, label)
+        if limitation:  # a torch limitation, proven by the plain-torch probe
+            break
+    return limitation
+
+
+# --------------------------------------------------------------------------- check helpers
+
+
+def _numerical(case: Case, check: str, run: Callable[..., Any], **options: Any) -> None:
+    """``run`` (gradcheck or gradgradcheck) over the differentiable inputs; a failure names
+    ``check``."""
+    diff_values = tuple(case.gradcheck_inputs[i] for i in case.diff)
+    try:
+        run(case.gradcheck_closure(), diff_values, **options, **case.gradcheck_args)
+    except Exception as exc:
+        raise case.failure(check, f"{type(exc).__name__}: {exc}") from exc
+
+
+def _vmap_skip_reason(case: Case) -> Optional[str]:
+    if not core.HAS_TORCH_FUNC:
+        return f"torch {torch.__version__} has no torch.func (needs torch >= 2.0)"
+    if not case.is_class:
+        return "not a Function class"
+    if not (getattr(case.fn, "generate_vmap_rule", False) or case.defines("vmap")):
+        return f"{case.name} has neither generate_vmap_rule = True nor a vmap staticmethod"
+    if compatfn.mode(case.fn) == "legacy":
+        return "torch.func needs the setup_context style; this class runs on the legacy path"
+    return None
+
+
+def _vmap_matches_loop(case: Case) -> None:
+    """vmap of the call, and of ``torch.func.grad`` of it, over a batch of two equals a loop."""
+    inputs, name = case.inputs, case.name
+    tensor_pos = [i for i, v in tensors(inputs)]
+    if not tensor_pos:
+        raise case.failure("vmap", "no tensor input to batch over")
+    base = [v.detach() if isinstance(v, torch.Tensor) else v for v in inputs]
+    # Batch of two: the inputs and a permutation of their values (same kink-free value set).
+    second = list(base)
+    for i in tensor_pos:
+        t = base[i]
+        flat = t.reshape(-1)
+        second[i] = flat.flip(0).reshape(t.shape) if flat.numel() else t
+    batched = [
+        torch.stack([base[i], second[i]]) if i in tensor_pos else base[i] for i in range(len(base))
+    ]
+    in_dims = tuple(0 if i in tensor_pos else None for i in range(len(base)))
+    close = Comparison(name, "vmap", exact=False, rtol=case.rtol, atol=case.atol)
+
+    def call(*values: Any) -> Any:
+        return case.fn.apply(*values, **case.kwargs)
+
+    try:
+        got = torch.func.vmap(call, in_dims=in_dims)(*batched)
+    except Exception as exc:
+        raise case.failure("vmap", f"{type(exc).__name__}: {exc}") from exc
+    expect = [call(*base), call(*second)]
+    if isinstance(expect[0], (tuple, list)):
+        expect_b: Any = [torch.stack([a, b]) for a, b in zip(expect[0], expect[1])]
+    else:
+        expect_b = torch.stack(expect)
+    close.check("vmap outputs vs loop", got, expect_b)
+
+    diff = [i for i in diff_inputs(inputs) if inputs[i].is_floating_point()]
+    if not diff:
+        return
+
+    def total(*values: Any) -> torch.Tensor:
+        out = call(*values)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        acc = sum(
+            (o * weights(o)).sum()
+            for o in outs
+            if isinstance(o, torch.Tensor) and o.is_floating_point()
+        )
+        return acc  # type: ignore[return-value]
+
+    grad_fn = torch.func.grad(total, argnums=tuple(diff))
+    try:
+        got_g = torch.func.vmap(grad_fn, in_dims=in_dims)(*batched)
+    except Exception as exc:
+        raise case.failure("vmap", f"vmap(grad): {type(exc).__name__}: {exc}") from exc
+    loop = [grad_fn(*base), grad_fn(*second)]
+    expect_g = [torch.stack([a, b]) for a, b in zip(loop[0], loop[1])]
+    close.check("vmap(grad) vs loop", list(got_g), expect_g)
+
+
+def _compiled_matches_eager(case: Case, target: Callable[..., Any], label: str) -> Optional[str]:
+    """Compile ``target`` and compare with eager; raise ``AssertionError`` on a failure.
+
+    Returns a skip reason instead where the failure is a limitation of this torch that the same
+    ctx feature in a plain-torch Function reproduces (see :func:`torch_ctx_limitation`), and
+    ``None`` when the check ran.
+    """
+    backend = case.compile_backend
+    dynamo = importlib.import_module("torch._dynamo")
+    dynamo.reset()
+    compiled = torch.compile(target, fullgraph=True, backend=backend)
+    try:
+        got_out, got_grads, _ = run_with_grads(compiled, case.inputs, case.kwargs)
+    except Exception as exc:
+        why = torch_ctx_limitation(exc, backend)
+        if why:
+            return f"{why}; compiling {label}({case.name}) failed the same way"
+        raise case.failure(
+            "compile", f"{label} with backend={backend!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    finally:
+        dynamo.reset()
+    exp_out, exp_grads, _ = run_with_grads(target, case.inputs, case.kwargs)
+    close = Comparison(case.name, "compile", exact=False, rtol=case.rtol, atol=case.atol)
+    close.check(f"compiled {label} outputs", got_out, exp_out)
+    close.check(f"compiled {label} gradients", got_grads, exp_grads)
+    return None
