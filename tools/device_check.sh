@@ -30,7 +30,7 @@ budget=${DEVICE_CHECK_TEST_SECONDS:-270}
 tests=()
 if [ "$quick" = --quick ]; then
     budget=${DEVICE_CHECK_TEST_SECONDS:-120}
-    tests=(tests/test_amp.py tests/test_relu.py -k "not check_function and not compile")
+    tests=(tests/test_amp.py tests/test_relu.py tests/test_relu_bits.py -k "not check_function and not compile")
 fi
 parallel=()
 if [ "$(nproc 2>/dev/null || echo 1)" -ge 4 ]; then
