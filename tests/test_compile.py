@@ -5,7 +5,7 @@ Every case first compiles the control, ``HandWrittenClip`` (a fresh copy each ti
 state per class), called the same way: where the control compiles, the decorated class must
 compile and agree with it; where it does not, torch's limit must be the decorated class's only
 one: it fails with the same kind of error (or compiles). Measured limits of the control: keyword
-arguments to ``apply`` with an input requiring grad (before torch 2.12; on 2.1 a decorated class
+arguments to ``apply`` with an input requiring grad (before torch 2.11; on 2.1 a decorated class
 compiles them), and any Function without grad on torch 2.2 ("'FunctionMeta' has no
 attribute 'forward'"). On ``COMPATFN_LEGACY=1`` sessions the default path is the legacy one.
 """
@@ -129,9 +129,14 @@ CONTROL_COMPILES = {
     (2, 4): (False, True),
     (2, 5): (False, True),
     (2, 6): (False, True),
+    (2, 7): (False, True),
+    (2, 8): (False, True),
+    (2, 9): (False, True),
     (2, 10): (False, True),
+    (2, 11): (True, True),
     (2, 12): (True, True),
     (2, 13): (True, True),
+    (2, 14): (True, True),
     (2, 15): (True, True),
 }
 
