@@ -119,7 +119,8 @@ def _autograd_impl_nested_names() -> Tuple[str, ...]:
 
 #: Whether torch's Autograd kernel of a custom op calls its autograd Function (so the registered
 #: setup_context) even when no input requires grad: torch 2.4 only; from 2.5 such calls run the
-#: kernel alone (``forward_no_grad``, later ``redispatch_no_grad``; measured on 2.4, 2.5, 2.8, 2.15).
+#: kernel alone (``forward_no_grad``, later ``redispatch_no_grad``; measured on 2.4, 2.5, 2.8,
+#: 2.15).
 # Upstream: https://github.com/pytorch/pytorch/blob/v2.5.0/torch/_library/autograd.py
 AUTOGRAD_KERNEL_ALWAYS_APPLIES = HAS_TORCH_CUSTOM_OP and not {
     "forward_no_grad",

@@ -175,7 +175,9 @@ def _short_path_lines(
         grad = "not $no_autograd()"
     else:
         g["grad_enabled"] = torch.is_grad_enabled
-        grad = f"({' or '.join(f'{t}.requires_grad' for t in tensors) or 'False'}) and $grad_enabled()"
+        grad = (
+            f"({' or '.join(f'{t}.requires_grad' for t in tensors) or 'False'}) and $grad_enabled()"
+        )
     distinct = distinct_storage_source(
         "$out", tensors, {"storage_id": "$storage_id", "alias_of": "$alias_of"}
     )
@@ -188,7 +190,10 @@ def _short_path_lines(
             scalars.append(f"type({name}) is not $kind{i}")
     body = []
     if scalars:
-        body += [f"if {' or '.join(scalars)}:", f"    return $dispatch($self, {inputs}, $names, (), {{}})"]
+        body += [
+            f"if {' or '.join(scalars)}:",
+            f"    return $dispatch($self, {inputs}, $names, (), {{}})",
+        ]
     body += [
         f"if {grad}:",
         f"    $out = $apply({call}, None)",
@@ -235,10 +240,10 @@ def _generated_call(opdef: Any) -> Callable:
     g["names"] = tuple(names)
     body.append(f"return $dispatch($self, {values}, $names, $args, $kwargs)")
     source = f"def $function({', '.join(header)}):\n" + "".join(f"    {b}\n" for b in body)
-    call: Any = generated_function(
-        source, g, set(names), f"<call of custom op {opdef._qualname}>"
+    call: Any = generated_function(source, g, set(names), f"<call of custom op {opdef._qualname}>")
+    name = (
+        opdef._name if opdef._name.isidentifier() and not keyword.iskeyword(opdef._name) else "op"
     )
-    name = opdef._name if opdef._name.isidentifier() and not keyword.iskeyword(opdef._name) else "op"
     call.__name__ = call.__qualname__ = name
     call.__doc__ = fn.__doc__
     return call  # type: ignore[no-any-return]

@@ -88,7 +88,7 @@ def _trimming_opdef_class() -> type:
 # compatfn makes every older op object it handed out for that name share the newest one's state
 # (``__dict__`` and class), so older objects follow the newest definition, as on compatfn's own
 # tiers, and never touch the destroyed operator. Objects torch made are left alone.
-_DEFINED: Dict[str, List["weakref.ref[Any]"]] = {}
+_DEFINED: Dict[str, List[weakref.ref[Any]]] = {}
 
 
 def _older_definitions_follow(name: str, opdef: Any) -> None:
