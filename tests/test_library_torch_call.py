@@ -71,7 +71,14 @@ def test_eager_calls_skip_the_dispatcher():
     ours, control = pair()
     spy = spied(ours)
     x = torch.ones(3, requires_grad=True)
-    for call in (lambda f: f(x), lambda f: f(x, 3.0), lambda f: f(x, s=3.0), lambda f: f(x=x)):
+    calls = (
+        lambda f: f(x),
+        lambda f: f(x, 2.0),
+        lambda f: f(x, 3.0),
+        lambda f: f(x, s=3.0),
+        lambda f: f(x=x),
+    )
+    for call in calls:
         got, expected = call(ours), call(control)
         assert torch.equal(got, expected)
         names = [
@@ -81,6 +88,14 @@ def test_eager_calls_skip_the_dispatcher():
         assert names[0] == names[1]
         assert type(got.grad_fn)._forward_cls.__module__ == "compatfn.library._torch_call"
         assert torch.equal(*(torch.autograd.grad(y.sum(), x)[0] for y in (got, expected)))
+        seen = []
+        for op in (ours, control):  # one entry per argument torch's Autograd kernel got
+            op.register_autograd(
+                lambda ctx, g: seen.append(ctx.needs_input_grad) or (g * ctx.s, None),
+                setup_context=_setup_context,
+            )
+            call(op).sum().backward()
+        assert seen[0] == seen[1]
         with torch.no_grad():
             assert torch.equal(call(ours), call(control))
         assert torch.equal(call(ours).detach(), call(control).detach())
@@ -147,7 +162,7 @@ def test_torchs_gradient_errors():
     for op in (ours, control):
         op.register_autograd(wrong, setup_context=_setup_context)
         try:
-            op(x, 3.0).sum().backward()
+            op(x).sum().backward()
             outcomes.append("no error")  # torch 2.4: autograd accepts the extra None
         except RuntimeError as error:
             outcomes.append(without_namespace(str(error), op))
@@ -362,3 +377,30 @@ def test_redefinition_keeps_the_fast_call():
     x = torch.ones(2)
     assert torch.equal(first(x), second(x)) and torch.equal(first(x), torch.full((2,), 3.0))
     assert type(first) is type(second)
+
+
+def test_gradients_see_the_arguments_torch_passes():
+    """The dispatcher leaves out trailing arguments equal to their defaults; backward's
+    ``ctx.needs_input_grad`` has one entry per argument torch's Autograd kernel got."""
+
+    def shift(x: torch.Tensor, s: float = 2.0, n: int = 3) -> torch.Tensor:
+        return x * s + n
+
+    ops = pair(shift, "shift", autograd=False)
+    spy = spied(ops[0])
+    seen: List[List[Any]] = [[], []]
+    for op, record in zip(ops, seen):
+
+        def backward(ctx: Any, grad: torch.Tensor, record: List[Any] = record) -> Any:
+            record.append((ctx.needs_input_grad, ctx.inputs[1:]))
+            return grad * ctx.inputs[1], None, None
+
+        def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
+            ctx.inputs = inputs
+
+        op.register_autograd(backward, setup_context=setup_context)
+        x = torch.ones(2, requires_grad=True)
+        for args in ((), (2.0,), (3.0,), (2.0, 4), (2.0, 3), (3.0, 3), (2, 3)):
+            op(x, *args).sum().backward()
+    assert seen[0] == seen[1]
+    assert spy.calls == 1  # only (2, 3): an int for a float goes to the dispatcher

@@ -105,18 +105,25 @@ def _same_default(p: inspect.Parameter, arg: Any, annotation: Any) -> bool:
     )
 
 
-def _autograd_class(opdef: Any, names: List[str]) -> Any:
-    """The short path's legacy autograd Function: forward runs the kernel and the registered
-    setup_context, backward is torch's own (See NOTE: [the torch tier's call])."""
+def _autograd_class(opdef: Any, names: List[str], given: int, g: Dict[str, Any]) -> Any:
+    """The short path's legacy autograd Function for calls whose first ``given`` arguments reach
+    torch's Autograd kernel (the dispatcher leaves out trailing arguments equal to their
+    defaults, so torch's ``ctx.needs_input_grad`` has one entry per argument given): forward runs
+    the kernel and the registered setup_context with every argument, backward is torch's own
+    (See NOTE: [the torch tier's call]). ``g`` holds the defaults (``default<i>``)."""
     call = ", ".join(names)
     inputs = "(" + call + ("," if len(names) == 1 else "") + ")"
-    lines = [f"def $function($ctx, {call}, $metadata):", f"    $output = $kernel({call})"]
+    lines = [f"def $function({', '.join(['$ctx', *names[:given], '$metadata'])}):"]
+    lines += [f"    {n} = $default{i}" for i, n in enumerate(names) if i >= given]
+    lines.append(f"    $output = $kernel({call})")
     if opdef._setup_context_fn is not None:
         lines.append(f"    $setup_context(ctx=$ctx, inputs={inputs}, output=$output)")
     lines.append("    return $output")
+    globals_ = {k: v for k, v in g.items() if k.startswith("default")}
     forward = generated_function(
         "".join(line + "\n" for line in lines),
         {
+            **globals_,
             "kernel": opdef._init_fn,
             "setup_context": opdef._setup_context_fn,
             "ctx": None,
@@ -167,7 +174,6 @@ def _short_path_lines(
     test = [f"not ({' or '.join(f'$probe{i}()' for i in range(len(probes)))})"]
     test.append("not ($args or $kwargs)")
     test += [f"type({t}) is $Tensor and not {t}.is_meta" for t in tensors]
-    g["apply"] = C_APPLY.__get__(None, _autograd_class(opdef, names))
     g["kernel"] = opdef._init_fn
     call = ", ".join(names)
     if AUTOGRAD_KERNEL_ALWAYS_APPLIES:  # inference mode skips torch's Autograd kernel
@@ -194,16 +200,37 @@ def _short_path_lines(
             f"if {' or '.join(scalars)}:",
             f"    return $dispatch($self, {inputs}, $names, (), {{}})",
         ]
+    body += [f"if {grad}:", *_apply_lines(opdef, names, g), "else:"]
     body += [
-        f"if {grad}:",
-        f"    $out = $apply({call}, None)",
-        "else:",
         f"    $out = $kernel({call})",
         f"if type($out) is $Tensor and {distinct}:",
         "    return $out",
         f"return $checked($self, {inputs}, $out)",
     ]
     return [f"if {' and '.join(test)}:"] + [f"    {line}" for line in [*defaults, *body]]
+
+
+def _apply_lines(opdef: Any, names: List[str], g: Dict[str, Any]) -> List[str]:
+    """The short path's autograd call, given the arguments torch's Autograd kernel would get:
+    trailing arguments equal to their defaults left out, as the dispatcher does."""
+    required = len(names) - sum(1 for i in range(len(names)) if f"default{i}" in g)
+
+    def apply(given: int, indent: str) -> List[str]:
+        g[f"apply{given}"] = C_APPLY.__get__(None, _autograd_class(opdef, names, given, g))
+        return [f"{indent}$out = $apply{given}({', '.join([*names[:given], 'None'])})"]
+
+    def lines(given: int, indent: str) -> List[str]:
+        if given == required:
+            return apply(given, indent)
+        last = names[given - 1]
+        return [
+            f"{indent}if {last} == $default{given - 1}:",
+            *lines(given - 1, indent + "    "),
+            f"{indent}else:",
+            *apply(given, indent + "    "),
+        ]
+
+    return lines(len(names), "    ")
 
 
 def _generated_call(opdef: Any) -> Callable:
