@@ -91,7 +91,7 @@ def test_eager_calls_skip_the_dispatcher():
         seen = []
         for op in (ours, control):  # one entry per argument torch's Autograd kernel got
             op.register_autograd(
-                lambda ctx, g: seen.append(ctx.needs_input_grad) or (g * ctx.s, None),
+                lambda ctx, g, seen=seen: seen.append(ctx.needs_input_grad) or (g * ctx.s, None),
                 setup_context=_setup_context,
             )
             call(op).sum().backward()
