@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from compatfn.core import generated_function, is_compiling, transforms_active
+from compatfn.core import dynamo_tracing, generated_function, transforms_active
 from compatfn.library._facts import (
     AUTOGRAD_KERNEL_ALWAYS_APPLIES,
     C_APPLY,
@@ -29,32 +29,34 @@ from compatfn.library._utils import aliases_any, distinct_storage_source
 __all__ = ["FastCustomOpDef", "install_call", "op_class"]
 
 # NOTE: [the torch tier's call]
-# torch's ``CustomOpDef.__call__`` sends every call through the dispatcher: the Autograd kernel,
-# an autograd Function, a redispatch below autograd and the Python kernel, with their Python
-# wrappers (1.9-2.8x a hand-written autograd.Function in eager forward, measured). compatfn keeps
-# torch's object -- its registration, every method, ``torch.ops.<ns>.<name>`` -- and gives each op
-# a class of its own whose ``__call__`` is generated with the op's parameters (as on compatfn's
-# own tiers, See NOTE: [the op's call]). A simple op (its only kernel the function it was made
-# from, tensors and plain scalars in, tensors out, no aliasing or keyword-only parameters in its
-# schema, the function's defaults the schema's) takes a short path when every argument has the
-# exact type the schema wants (so nothing needs converting: anything else goes to the dispatcher,
-# which converts it or raises torch's own error), the tensors are plain and not on the meta device,
-# and nothing needs the dispatcher: compiling (first: under dynamo the call is the operator, one
-# node), dispatch modes (FakeTensorMode, FlopCounterMode, TorchDispatchMode), torch.func
-# transforms, TorchFunctionModes, the TorchScript tracer, a profiler (it records the op by name),
-# autocast when the op has an autocast rule, inference mode where torch's Autograd kernel always
-# runs its Function (``AUTOGRAD_KERNEL_ALWAYS_APPLIES``). The short path does what torch's kernels
-# do: with an input requiring grad (or always, where torch does) it runs a legacy autograd Function
-# named as torch's (``GeneratedBackwardFor_<ns>_<name>_default``) whose forward runs the kernel and
-# the registered setup_context and whose backward IS torch's (``torch_autograd_backward``: its
-# checks and errors); else the kernel alone. torch's aliasing rule: a single output sharing no
-# storage with any input passes at once; anything else is checked in full, and an output that
-# breaks the rule, or is not what the schema returns, makes the call go through the dispatcher
-# again, so that torch itself raises its own error (the kernel runs twice there: ops on this path
-# do not mutate their inputs). Every registration method that changes what the short path runs
-# (register_kernel, register_autograd, register_autocast) regenerates the call; a kernel
-# registered under the operator's name without the op object (``torch.library.impl``) is not seen
-# by it.
+# torch's ``CustomOpDef.__call__`` sends every call through the dispatcher: the Autograd kernel, an
+# autograd Function, a redispatch below autograd and the Python kernel, with their Python wrappers
+# (1.9-2.8x a hand-written autograd.Function in eager forward, measured). compatfn keeps torch's
+# object -- its registration, every method, ``torch.ops.<ns>.<name>`` -- and gives each op a class
+# of its own whose ``__call__`` is generated with the op's parameters (as on compatfn's own tiers,
+# See NOTE: [the op's call]). A simple op (its only kernel the function it was made from, tensors
+# and plain scalars in, tensors out, no aliasing or keyword-only parameters in its schema, the
+# function's defaults the schema's) takes a short path when every argument has the exact type the
+# schema wants (so nothing needs converting: anything else goes to the dispatcher, which converts it
+# or raises torch's own error), the tensors are plain and not on the meta device, and nothing needs
+# the dispatcher: dynamo tracing (first: under dynamo the call is the operator, one node; non-strict
+# torch.export runs under dispatch modes), dispatch modes (FakeTensorMode, FlopCounterMode,
+# TorchDispatchMode), torch.func transforms, TorchFunctionModes, the TorchScript tracer, a profiler
+# (it records the op by name), autocast when the op has an autocast rule, inference mode where
+# torch's Autograd kernel always runs its Function (``AUTOGRAD_KERNEL_ALWAYS_APPLIES``). The short
+# path does what torch's kernels do: with an input requiring grad (or always, where torch does) it
+# runs a legacy autograd Function named as torch's (``GeneratedBackwardFor_<ns>_<name>_default``)
+# whose forward runs the kernel and the registered setup_context and whose backward IS torch's
+# (``torch_autograd_backward``: its checks and errors), given the arguments torch's Autograd kernel
+# gets (the dispatcher leaves out trailing arguments equal to their defaults, and backward's
+# ``ctx.needs_input_grad`` shows it); else the kernel alone. torch's aliasing
+# rule: a single output sharing no storage with any input passes at once; anything else is checked
+# in full, and an output that breaks the rule, or is not what the schema returns, makes the call go
+# through the dispatcher again, so that torch itself raises its own error (the kernel runs twice
+# there: ops on this path do not mutate their inputs). Every registration method that changes what
+# the short path runs (register_kernel, register_autograd, register_autocast) regenerates the call;
+# a kernel registered under the operator's name without the op object (``torch.library.impl``) is
+# not seen by it.
 
 _MISSING: Any = type("MissingArgument", (), {"__repr__": lambda self: "<missing>"})()
 _SCALARS = (int, float, bool, str, torch.dtype, torch.device)
@@ -148,9 +150,10 @@ def _autograd_class(opdef: Any, names: List[str], given: int, g: Dict[str, Any])
 
 
 def _probes(opdef: Any) -> List[Callable[[], Any]]:
-    """What sends this op's call through the dispatcher, ``is_compiling`` first."""
+    """What sends this op's call through the dispatcher, dynamo first (a constant True while it
+    traces; non-strict torch.export runs the code under dispatch modes)."""
     probes = [
-        is_compiling,
+        dynamo_tracing,
         dispatch_mode_count,
         transforms_active,
         torch_function_mode_enabled,
@@ -253,11 +256,11 @@ def _generated_call(opdef: Any) -> Callable:
         "args": None,
         "kwargs": None,
     }
-    # Every parameter defaults (a missing one to MISSING, See _dispatcher_call): __defaults__.
+    # Every parameter defaults to MISSING: what the caller left out stays out of a dispatcher call.
     header = ["$self", *(f"{p.name}=$MISSING" for p in params), "*$args", "**$kwargs"]
     names = [n for n, _ in kinds]
     values = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
-    # Defaults filled here, not in the header: the dispatcher gets only what the caller gave.
+    # The short path fills the function's defaults in.
     body: List[str] = []
     for i, p in enumerate(params):
         if p.default is not p.empty:
