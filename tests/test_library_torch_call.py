@@ -261,11 +261,14 @@ def test_dispatch_modes_see_the_op():
     assert names[0] == names[1] and "NS.scale.default" in names[0]
 
 
-def test_the_profiler_names_the_op():
+def test_the_profilers_name_the_op():
     ours, _ = pair()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         ours(torch.ones(2, requires_grad=True))
     assert f"{ours._namespace}::scale" in {e.key for e in prof.key_averages()}
+    with torch.autograd.profiler.profile() as legacy:
+        ours(torch.ones(2))
+    assert f"{ours._namespace}::scale" in {e.key for e in legacy.key_averages()}
 
 
 def test_flop_counter_fake_tensors_meta_and_subclasses():
@@ -368,9 +371,15 @@ def test_torch_private_facts_hold():
     assert _facts.TorchCustomOpDef is torch._library.custom_ops.CustomOpDef
     always_applies = TORCH_MINOR < (2, 5)  # measured on 2.4, 2.5, 2.8, 2.15
     assert always_applies == _facts.AUTOGRAD_KERNEL_ALWAYS_APPLIES
-    assert _facts.profiler_enabled() is False and _facts.tracing_state() is None
+    assert _facts.autograd_profiler._is_profiler_enabled is False
+    assert _facts.tracing_state() is None
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
-        assert _facts.profiler_enabled()
+        assert _facts.autograd_profiler._is_profiler_enabled is True
+    with torch.autograd.profiler.profile():
+        assert _facts.autograd_profiler._is_profiler_enabled is True
+    traced = []
+    torch.jit.trace(lambda t: traced.append(_facts.tracing_state()) or t * 2, (torch.ones(1),))
+    assert traced[0] is not None
     assert _facts.torch_function_mode_enabled() is False
     if hasattr(torch._C, "_is_any_autocast_enabled"):
         with torch.autocast("cpu"):

@@ -142,12 +142,12 @@ def torch_autograd_backward(opdef: Any) -> Callable:
     return generated.__dict__["backward"]
 
 
-#: Whether a profiler is collecting (``torch.profiler.profile``, ``record_function`` observers):
-#: a custom op's call then goes through the dispatcher, which records it by its name.
+#: ``torch.autograd.profiler``, whose ``_is_profiler_enabled`` is True while a profiler collects
+#: (``torch.profiler.profile``, ``torch.autograd.profiler.profile``): a custom op's call then goes
+#: through the dispatcher, which records it by its name. torch's own hot paths read this flag
+#: (dynamo, inductor); an attribute read costs less than ``torch._C._autograd._profiler_enabled``.
 # Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/autograd/profiler.py
-profiler_enabled: Callable[[], bool] = getattr(
-    getattr(torch._C, "_autograd", None), "_profiler_enabled", lambda: False
-)
+autograd_profiler: Any = getattr(getattr(torch, "autograd", None), "profiler", None)
 #: The TorchScript tracer's state (None unless ``torch.jit.trace`` runs).
 # Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/jit/_trace.py
 tracing_state: Callable[[], Any] = getattr(torch._C, "_get_tracing_state", lambda: None)

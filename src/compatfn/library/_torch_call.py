@@ -15,9 +15,9 @@ from compatfn.library._facts import (
     C_APPLY,
     TorchCustomOpDef,
     any_autocast_enabled,
+    autograd_profiler,
     dispatch_mode_count,
     is_alias_of,
-    profiler_enabled,
     storage_id,
     torch_autograd_backward,
     torch_function_mode_enabled,
@@ -149,20 +149,24 @@ def _autograd_class(opdef: Any, names: List[str], given: int, g: Dict[str, Any])
     )
 
 
-def _probes(opdef: Any) -> List[Callable[[], Any]]:
-    """What sends this op's call through the dispatcher, dynamo first (a constant True while it
-    traces; non-strict torch.export runs the code under dispatch modes)."""
+def _probes(opdef: Any, g: Dict[str, Any]) -> List[str]:
+    """What sends this op's call through the dispatcher (the source of each test; ``g`` gets the
+    names they use), dynamo first (a constant True while it traces; non-strict torch.export runs
+    the code under dispatch modes)."""
     probes = [
         dynamo_tracing,
         dispatch_mode_count,
         transforms_active,
         torch_function_mode_enabled,
         tracing_state,
-        profiler_enabled,
     ]
     if getattr(opdef, "_autocast_dtype", None):  # register_autocast (torch >= 2.5)
         probes.append(any_autocast_enabled)
-    return probes
+    g.update({f"probe{i}": p for i, p in enumerate(probes)})
+    g["autograd_profiler"] = autograd_profiler
+    return [f"$probe{i}()" for i in range(len(probes))] + [
+        "$autograd_profiler._is_profiler_enabled"
+    ]
 
 
 def _short_path_lines(
@@ -172,9 +176,7 @@ def _short_path_lines(
     its body."""
     names = [n for n, _ in kinds]
     tensors = [n for n, kind in kinds if kind is None]
-    probes = _probes(opdef)
-    g.update({f"probe{i}": p for i, p in enumerate(probes)})
-    test = [f"not ({' or '.join(f'$probe{i}()' for i in range(len(probes)))})"]
+    test = [f"not ({' or '.join(_probes(opdef, g))})"]
     test.append("not ($args or $kwargs)")
     test += [f"type({t}) is $Tensor and not {t}.is_meta" for t in tensors]
     g["kernel"] = opdef._init_fn
