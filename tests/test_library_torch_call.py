@@ -366,8 +366,15 @@ def test_opcheck_compile_export_and_tracing():
 
 
 def test_torch_private_facts_hold():
-    ours, _ = pair()
+    ours, control = pair()
     assert callable(_facts.torch_autograd_backward(ours))
+    assert all(hasattr(control, field) for field in _facts.CUSTOM_OP_DEF_FIELDS)
+    assert control._init_fn is _scale and list(control._backend_fns) == [None]
+    assert control._setup_context_fn is _setup_context and control._backward_fn is _backward
+    if hasattr(control, "register_autocast"):
+        assert not control._autocast_dtype
+        control.register_autocast("cpu", torch.float16)
+        assert control._autocast_dtype
     assert _facts.TorchCustomOpDef is torch._library.custom_ops.CustomOpDef
     always_applies = TORCH_MINOR < (2, 5)  # measured on 2.4, 2.5, 2.8, 2.15
     assert always_applies == _facts.AUTOGRAD_KERNEL_ALWAYS_APPLIES

@@ -23,6 +23,7 @@ from compatfn.core import (
 )
 
 __all__ = [
+    "CUSTOM_OP_DEF_FIELDS",
     "CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS",
     "HAS_LIBRARY",
     "HAS_META_DEVICE",
@@ -106,6 +107,20 @@ TorchCustomOpDef: Any = (
     torch._library.custom_ops.CustomOpDef  # type: ignore[attr-defined]
     if HAS_TORCH_CUSTOM_OP
     else None
+)
+
+
+#: The fields of torch's ``CustomOpDef`` that the torch tier's call reads (``_torch_call``): the
+#: operator, the function the op was made from, the kernels per device type, the registered
+#: autograd formula (every torch >= 2.4; measured on 2.4, 2.5, 2.8, 2.12, 2.13, 2.15), and from
+#: 2.5 the autocast rules (``_autocast_dtype``, filled by ``register_autocast``).
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/_library/custom_ops.py
+CUSTOM_OP_DEF_FIELDS = (
+    "_opoverload",
+    "_init_fn",
+    "_backend_fns",
+    "_setup_context_fn",
+    "_backward_fn",
 )
 
 
