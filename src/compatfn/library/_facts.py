@@ -112,8 +112,7 @@ TorchCustomOpDef: Any = (
 
 #: The fields of torch's ``CustomOpDef`` that the torch tier's call reads (``_torch_call``): the
 #: operator, the function the op was made from, the kernels per device type, the registered
-#: autograd formula (every torch >= 2.4; measured on 2.4, 2.5, 2.8, 2.12, 2.13, 2.15), and from
-#: 2.5 the autocast rules (``_autocast_dtype``, filled by ``register_autocast``).
+#: autograd formula (every torch >= 2.4; measured on 2.4, 2.5, 2.8, 2.12, 2.13, 2.15).
 # Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/_library/custom_ops.py
 CUSTOM_OP_DEF_FIELDS = (
     "_opoverload",
@@ -171,7 +170,10 @@ tracing_state: Callable[[], Any] = getattr(torch._C, "_get_tracing_state", lambd
 torch_function_mode_enabled: Callable[[], bool] = getattr(
     torch._C, "_is_torch_function_mode_enabled", lambda: False
 )
-#: Whether autocast is on for any device (torch >= 2.4 has ``_is_any_autocast_enabled``).
+#: Whether autocast is on for any device (torch >= 2.4 has ``_is_any_autocast_enabled``); the
+#: field holding a CustomOpDef's autocast rules changed name (2.8 and 2.12:
+#: ``_autocast_cpu_dtype``/``_autocast_cuda_dtype``, 2.13+: ``_autocast_dtype``; measured), so the
+#: torch tier's call asks this for every op.
 # Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/amp/autocast_mode.py
 any_autocast_enabled: Callable[[], bool] = getattr(
     torch._C, "_is_any_autocast_enabled", lambda: False

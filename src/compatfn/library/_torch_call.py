@@ -42,7 +42,7 @@ __all__ = ["FastCustomOpDef", "install_call", "op_class"]
 # the dispatcher: dynamo tracing (first: under dynamo the call is the operator, one node; non-strict
 # torch.export runs under dispatch modes), dispatch modes (FakeTensorMode, FlopCounterMode,
 # TorchDispatchMode), torch.func transforms, TorchFunctionModes, the TorchScript tracer, a profiler
-# (it records the op by name), autocast when the op has an autocast rule, inference mode where
+# (it records the op by name), autocast (where the op's autocast rule runs), inference mode where
 # torch's Autograd kernel always runs its Function (``AUTOGRAD_KERNEL_ALWAYS_APPLIES``). The short
 # path does what torch's kernels do: with an input requiring grad (or always, where torch does) it
 # runs a legacy autograd Function named as torch's (``GeneratedBackwardFor_<ns>_<name>_default``)
@@ -54,7 +54,7 @@ __all__ = ["FastCustomOpDef", "install_call", "op_class"]
 # in full, and an output that breaks the rule, or is not what the schema returns, makes the call go
 # through the dispatcher again, so that torch itself raises its own error (the kernel runs twice
 # there: ops on this path do not mutate their inputs). Every registration method that changes what
-# the short path runs (register_kernel, register_autograd, register_autocast) regenerates the call;
+# the short path runs (register_kernel, register_autograd) regenerates the call;
 # a kernel registered under the operator's name without the op object (``torch.library.impl``) is
 # not seen by it.
 
@@ -149,7 +149,7 @@ def _autograd_class(opdef: Any, names: List[str], given: int, g: Dict[str, Any])
     )
 
 
-def _probes(opdef: Any, g: Dict[str, Any]) -> List[str]:
+def _probes(g: Dict[str, Any]) -> List[str]:
     """What sends this op's call through the dispatcher (the source of each test; ``g`` gets the
     names they use), dynamo first (a constant True while it traces; non-strict torch.export runs
     the code under dispatch modes)."""
@@ -159,9 +159,8 @@ def _probes(opdef: Any, g: Dict[str, Any]) -> List[str]:
         transforms_active,
         torch_function_mode_enabled,
         tracing_state,
+        any_autocast_enabled,  # an autocast rule (register_autocast) runs in the dispatcher
     ]
-    if getattr(opdef, "_autocast_dtype", None):  # register_autocast (torch >= 2.5)
-        probes.append(any_autocast_enabled)
     g.update({f"probe{i}": p for i, p in enumerate(probes)})
     g["autograd_profiler"] = autograd_profiler
     return [f"$probe{i}()" for i in range(len(probes))] + [
@@ -176,7 +175,7 @@ def _short_path_lines(
     its body."""
     names = [n for n, _ in kinds]
     tensors = [n for n, kind in kinds if kind is None]
-    test = [f"not ({' or '.join(_probes(opdef, g))})"]
+    test = [f"not ({' or '.join(_probes(g))})"]
     test.append("not ($args or $kwargs)")
     test += [f"type({t}) is $Tensor and not {t}.is_meta" for t in tensors]
     g["kernel"] = opdef._init_fn
@@ -345,12 +344,6 @@ class FastCustomOpDef(_Base):  # type: ignore[misc,valid-type]
     def register_autograd(self, *args: Any, **kwargs: Any) -> None:
         _Base.register_autograd(self, *args, **kwargs)
         install_call(self)
-
-    if hasattr(_Base, "register_autocast"):
-
-        def register_autocast(self, *args: Any, **kwargs: Any) -> None:
-            _Base.register_autocast(self, *args, **kwargs)
-            install_call(self)
 
 
 def op_class(base: Any) -> Any:
