@@ -112,6 +112,23 @@ def test_public_api_is_torchs():
     assert repr(ours) == without_namespace(repr(control), control).replace("NS", ours._namespace)
 
 
+def test_decorator_forms_regenerate_the_call():
+    ours, control = pair()
+    x = torch.ones(2, requires_grad=True)
+    for op in (ours, control):
+
+        @op.register_kernel("cpu")
+        def _(x: torch.Tensor, s: float = 2.0) -> torch.Tensor:
+            return x * s + 1
+
+        @op.register_fake
+        def _(x: torch.Tensor, s: float = 2.0) -> torch.Tensor:
+            return torch.empty_like(x)
+
+    assert torch.equal(ours(x), control(x)) and torch.equal(ours(x), torch.full((2,), 3.0))
+    assert ours(torch.ones(2, device="meta")).is_meta
+
+
 def test_mismatched_arguments_go_to_the_dispatcher_and_raise_torchs_errors():
     ours, control = pair()
     spy = spied(ours)
