@@ -281,8 +281,9 @@ def _generated_call(opdef: Any) -> Callable:
 
 
 def _dispatcher_call(opdef: Any, values: tuple, names: tuple, args: tuple, kwargs: dict) -> Any:
-    """The call as torch's own ``CustomOpDef.__call__`` makes it, when an argument is missing:
-    the operator, given what the caller gave, so that torch names what is missing."""
+    """The call as torch's own ``CustomOpDef.__call__`` makes it (every call the short path does
+    not take): the operator, given what the caller gave (positionally up to the first argument
+    left out, then by name), so that torch converts the arguments or raises its own error."""
     positional: List[Any] = []
     keywords: Dict[str, Any] = {}
     after_missing = False
