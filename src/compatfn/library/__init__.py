@@ -25,8 +25,9 @@ Write a custom operator once, with torch 2.4's API, and run it everywhere::
 
 What each torch gives (the tier is decided once, at import, by feature detection; ``TIER``):
 
-* ``torch`` -- torch has ``torch.library.custom_op`` (2.4+): the object returned is torch's own
-  ``CustomOpDef`` (``_torch_tier``).
+* ``torch`` -- torch has ``torch.library.custom_op`` (2.4+): the op is made by torch's own
+  ``custom_op`` (``_torch_tier``); the object returned is torch's ``CustomOpDef`` in a subclass
+  whose eager calls skip the dispatcher where nothing needs it (``_torch_call``).
 * ``registered`` -- torch has ``torch.library.Library`` (1.13-2.3): a real operator
   ``torch.ops.<namespace>.<name>`` (kernels per device key, the fake kernel as its ``Meta``
   kernel, autograd as an ``Autograd`` kernel running a ``compatfn.function`` that redispatches
@@ -39,7 +40,8 @@ What each torch gives (the tier is decided once, at import, by feature detection
 
 The modules follow torch's own ``torch/_library``: ``_facts`` (every torch fact), ``_infer_schema``,
 ``_custom_ops`` (the op object), ``_registration`` (the dispatcher), ``_autograd``,
-``_fast_call`` (the generated call), ``_convert`` (argument conversions), ``_opcheck``.
+``_fast_call`` (the generated call), ``_convert`` (argument conversions), ``_opcheck``,
+``_torch_tier`` and ``_torch_call`` (torch >= 2.4).
 Public here besides ``custom_op`` (which ``compatfn`` re-exports): ``CustomOp``, ``TIER``,
 ``infer_schema``, ``opcheck`` (also ``compatfn.testing.opcheck``), ``OpCheckError`` and the
 functions taking an op by name, ``register_kernel``, ``register_fake``, ``register_autograd``,

@@ -14,13 +14,13 @@ from compatfn.library._facts import DISPATCHER_PROBES, HAS_DEVICE_AUTOCAST
 from compatfn.library._fast_call import generated_call
 from compatfn.library._infer_schema import _resolve, infer_schema
 from compatfn.library._utils import (
+    aliases_any,
     bump_version,
     device_types_tuple,
     dispatch_key,
     flatten,
     is_tensor_list,
     parse_qualname,
-    storage_key,
     tensors_in,
 )
 
@@ -260,24 +260,15 @@ class CustomOp:
 
     def _check_no_alias(self, inputs: tuple, output: Any) -> None:
         """torch's rule: no output shares storage with an input or with another output."""
-        outs = tensors_in(output if isinstance(output, (tuple, list)) else (output,))
-        if not outs:
-            return
-        seen = {storage_key(t) for t in tensors_in(inputs)}
-        seen.discard(None)
-        for o in outs:
-            key = storage_key(o)
-            if key is None:
-                continue
-            if key in seen:
-                raise RuntimeError(
-                    f"{self._qualname}: The output of this custom operator (1) must not also be "
-                    "an input to this custom operator and (2) may not alias any inputs to this "
-                    "custom operator or other returns. Please instead return a clone of the "
-                    "offending output tensor(s) (e.g. return x.clone()) or refactor the custom "
-                    "operator to not return it."
-                )
-            seen.add(key)
+        outputs = output if isinstance(output, (tuple, list)) else (output,)
+        if aliases_any(inputs, outputs):
+            raise RuntimeError(
+                f"{self._qualname}: The output of this custom operator (1) must not also be "
+                "an input to this custom operator and (2) may not alias any inputs to this "
+                "custom operator or other returns. Please instead return a clone of the "
+                "offending output tensor(s) (e.g. return x.clone()) or refactor the custom "
+                "operator to not return it."
+            )
 
     def _mutated_positions(self, mutates_args: Union[str, Iterable[str]]) -> Tuple[int, ...]:
         names = self._positional if isinstance(mutates_args, str) else set(mutates_args)

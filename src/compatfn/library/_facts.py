@@ -23,6 +23,7 @@ from compatfn.core import (
 )
 
 __all__ = [
+    "CUSTOM_OP_DEF_FIELDS",
     "CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS",
     "HAS_LIBRARY",
     "HAS_META_DEVICE",
@@ -32,6 +33,8 @@ __all__ = [
     "RESERVED_NAMESPACES",
     "TIER",
     "TORCH_CUSTOM_OP_TAKES_TAGS",
+    "TorchCustomOpDef",
+    "torch_autograd_backward",
 ]
 
 _library: Any = getattr(torch, "library", None)
@@ -96,6 +99,85 @@ def _probe_meta_device() -> bool:
 #: The ``meta`` device (not on torch 1.8): fake kernels run for meta tensors.
 # Upstream: https://github.com/pytorch/pytorch/blob/v1.13.1/c10/core/DeviceType.h
 HAS_META_DEVICE = _probe_meta_device()
+
+#: torch's op object, ``torch._library.custom_ops.CustomOpDef`` (torch >= 2.4): the "torch" tier
+#: subclasses it (``_torch_call``), keeping every method and the registration torch's own.
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/_library/custom_ops.py
+TorchCustomOpDef: Any = (
+    torch._library.custom_ops.CustomOpDef  # type: ignore[attr-defined]
+    if HAS_TORCH_CUSTOM_OP
+    else None
+)
+
+
+#: The fields of torch's ``CustomOpDef`` that the torch tier's call reads (``_torch_call``): the
+#: operator, the function the op was made from, the kernels per device type, the registered
+#: autograd formula (every torch >= 2.4; measured on 2.4, 2.5, 2.8, 2.12, 2.13, 2.15).
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/_library/custom_ops.py
+CUSTOM_OP_DEF_FIELDS = (
+    "_opoverload",
+    "_init_fn",
+    "_backend_fns",
+    "_setup_context_fn",
+    "_backward_fn",
+)
+
+
+def _autograd_impl_nested_names() -> Tuple[str, ...]:
+    """Names of the functions nested in ``torch._library.autograd.make_autograd_impl``."""
+    if not HAS_TORCH_CUSTOM_OP:
+        return ()
+    code = torch._library.autograd.make_autograd_impl.__code__  # type: ignore[attr-defined]
+    return tuple(c.co_name for c in code.co_consts if inspect.iscode(c))
+
+
+#: Whether torch's Autograd kernel of a custom op calls its autograd Function (so the registered
+#: setup_context) even when no input requires grad: torch 2.4 only; from 2.5 such calls run the
+#: kernel alone (``forward_no_grad``, later ``redispatch_no_grad``; measured on 2.4, 2.5, 2.8,
+#: 2.15).
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.5.0/torch/_library/autograd.py
+AUTOGRAD_KERNEL_ALWAYS_APPLIES = HAS_TORCH_CUSTOM_OP and not {
+    "forward_no_grad",
+    "redispatch_no_grad",
+} & set(_autograd_impl_nested_names())
+
+
+def torch_autograd_backward(opdef: Any) -> Callable:
+    """The backward of the autograd Function torch makes for ``opdef``'s Autograd kernel
+    (``make_autograd_impl``'s ``Generated``, a closure of the kernel it returns): torch's own
+    checks on the registered formula's gradients, the trailing gradient of its metadata input
+    included (torch >= 2.4)."""
+    # Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/_library/autograd.py
+    kernel = torch._library.autograd.make_autograd_impl(  # type: ignore[attr-defined]
+        opdef._opoverload, opdef
+    )
+    cells = dict(zip(kernel.__code__.co_freevars, kernel.__closure__ or ()))
+    generated = cells["Generated"].cell_contents
+    return generated.__dict__["backward"]
+
+
+#: ``torch.autograd.profiler``, whose ``_is_profiler_enabled`` is True while a profiler collects
+#: (``torch.profiler.profile``, ``torch.autograd.profiler.profile``): a custom op's call then goes
+#: through the dispatcher, which records it by its name. torch's own hot paths read this flag
+#: (dynamo, inductor); an attribute read costs less than ``torch._C._autograd._profiler_enabled``.
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/autograd/profiler.py
+autograd_profiler: Any = getattr(getattr(torch, "autograd", None), "profiler", None)
+#: The TorchScript tracer's state (None unless ``torch.jit.trace`` runs).
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/jit/_trace.py
+tracing_state: Callable[[], Any] = getattr(torch._C, "_get_tracing_state", lambda: None)
+#: Whether a ``TorchFunctionMode`` is active: torch's OpOverload call hands it the op.
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/overrides.py
+torch_function_mode_enabled: Callable[[], bool] = getattr(
+    torch._C, "_is_torch_function_mode_enabled", lambda: False
+)
+#: Whether autocast is on for any device (torch >= 2.4 has ``_is_any_autocast_enabled``); the
+#: field holding a CustomOpDef's autocast rules changed name (2.8 and 2.12:
+#: ``_autocast_cpu_dtype``/``_autocast_cuda_dtype``, 2.13+: ``_autocast_dtype``; measured), so the
+#: torch tier's call asks this for every op.
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/amp/autocast_mode.py
+any_autocast_enabled: Callable[[], bool] = getattr(
+    torch._C, "_is_any_autocast_enabled", lambda: False
+)
 
 #: ``torch._C._storage_id`` (absent on torch 1.8, present on 1.13 and later; measured): the
 #: identity of a tensor's storage, which torch's own aliasing check compares. Without it compatfn

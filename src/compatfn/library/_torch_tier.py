@@ -1,5 +1,6 @@
-"""The "torch" tier (torch >= 2.4): torch's own ``torch.library.custom_op``, with the two
-workarounds compatfn adds where torch's own falls short."""
+"""The "torch" tier (torch >= 2.4): torch's own ``torch.library.custom_op``, with the
+workarounds compatfn adds where torch's own falls short, and its fast eager call
+(``_torch_call``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from compatfn.library._facts import (
     parser_reads_dtype_names,
 )
 from compatfn.library._infer_schema import infer_schema, schema_for_this_torch
+from compatfn.library._torch_call import FastCustomOpDef, install_call, op_class
 
 __all__ = ["define_with_torch"]
 
@@ -125,7 +127,10 @@ def define_with_torch(
         name, fn, mutates_args=mutates_args, device_types=device_types, schema=schema, **extra
     )
     if CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS and _has_tensor_lists(opdef):
-        # See NOTE: [elided default gradients]
+        # See NOTE: [elided default gradients]; tensor lists never take the short path.
         opdef.__class__ = _trimming_opdef_class()
+    else:  # See NOTE: [the torch tier's call]
+        opdef.__class__ = op_class(FastCustomOpDef)
+        install_call(opdef)
     _older_definitions_follow(opdef._qualname, opdef)
     return opdef

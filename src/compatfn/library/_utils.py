@@ -144,6 +144,20 @@ def storage_key(t: torch.Tensor) -> Optional[int]:
     return int(t.storage()._cdata)
 
 
+def aliases_any(inputs: Iterable[Any], outputs: Iterable[Any]) -> bool:
+    """Whether an output shares storage with an input or another output (torch's rule)."""
+    seen = {storage_key(t) for t in tensors_in(inputs)}
+    seen.discard(None)
+    for o in tensors_in(outputs):
+        key = storage_key(o)
+        if key is None:
+            continue
+        if key in seen:
+            return True
+        seen.add(key)
+    return False
+
+
 def distinct_storage_source(out: str, tensors: Sequence[str], names: Dict[str, str]) -> str:
     """Python source that is True only when the tensor ``out`` shares a storage with none of
     ``tensors`` (See NOTE: [storage identity]). ``names`` maps ``"alias_of"`` and

@@ -1,0 +1,352 @@
+"""The op object of the "torch" tier (torch >= 2.4): torch's ``CustomOpDef`` with a fast eager
+call (See NOTE: [the torch tier's call])."""
+
+from __future__ import annotations
+
+import inspect
+import keyword
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from compatfn.core import dynamo_tracing, generated_function, transforms_active
+from compatfn.library._facts import (
+    AUTOGRAD_KERNEL_ALWAYS_APPLIES,
+    C_APPLY,
+    TorchCustomOpDef,
+    any_autocast_enabled,
+    autograd_profiler,
+    dispatch_mode_count,
+    is_alias_of,
+    storage_id,
+    torch_autograd_backward,
+    torch_function_mode_enabled,
+    tracing_state,
+)
+from compatfn.library._infer_schema import _resolve
+from compatfn.library._utils import aliases_any, distinct_storage_source
+
+__all__ = ["FastCustomOpDef", "install_call", "op_class"]
+
+# NOTE: [the torch tier's call]
+# torch's ``CustomOpDef.__call__`` sends every call through the dispatcher: the Autograd kernel, an
+# autograd Function, a redispatch below autograd and the Python kernel, with their Python wrappers
+# (1.9-2.8x a hand-written autograd.Function in eager forward, measured). compatfn keeps torch's
+# object -- its registration, every method, ``torch.ops.<ns>.<name>`` -- and gives each op a class
+# of its own whose ``__call__`` is generated with the op's parameters (as on compatfn's own tiers,
+# See NOTE: [the op's call]). A simple op (its only kernel the function it was made from, tensors
+# and plain scalars in, tensors out, no aliasing or keyword-only parameters in its schema, the
+# function's defaults the schema's) takes a short path when every argument has the exact type the
+# schema wants (so nothing needs converting: anything else goes to the dispatcher, which converts it
+# or raises torch's own error), the tensors are plain and not on the meta device, and nothing needs
+# the dispatcher: dynamo tracing (first: under dynamo the call is the operator, one node; non-strict
+# torch.export runs under dispatch modes), dispatch modes (FakeTensorMode, FlopCounterMode,
+# TorchDispatchMode), torch.func transforms, TorchFunctionModes, the TorchScript tracer, a profiler
+# (it records the op by name), autocast (where the op's autocast rule runs), inference mode where
+# torch's Autograd kernel always runs its Function (``AUTOGRAD_KERNEL_ALWAYS_APPLIES``). The short
+# path does what torch's kernels do: with an input requiring grad (or always, where torch does) it
+# runs a legacy autograd Function named as torch's (``GeneratedBackwardFor_<ns>_<name>_default``)
+# whose forward runs the kernel and the registered setup_context and whose backward IS torch's
+# (``torch_autograd_backward``: its checks and errors), given the arguments torch's Autograd kernel
+# gets (the dispatcher leaves out trailing arguments equal to their defaults, and backward's
+# ``ctx.needs_input_grad`` shows it); else the kernel alone. torch's aliasing
+# rule: a single output sharing no storage with any input passes at once; anything else is checked
+# in full, and an output that breaks the rule, or is not what the schema returns, makes the call go
+# through the dispatcher again, so that torch itself raises its own error (the kernel runs twice
+# there: ops on this path do not mutate their inputs). Every registration method that changes what
+# the short path runs (register_kernel, register_autograd) regenerates the call;
+# a kernel registered under the operator's name without the op object (``torch.library.impl``) is
+# not seen by it.
+
+_MISSING: Any = type("MissingArgument", (), {"__repr__": lambda self: "<missing>"})()
+_SCALARS = (int, float, bool, str, torch.dtype, torch.device)
+_DEFAULTS_COMPARABLE = (int, float, bool, str)
+_Base: Any = TorchCustomOpDef if TorchCustomOpDef is not None else object
+
+
+def _simple_kinds(opdef: Any) -> Optional[List[Tuple[str, Any]]]:
+    """(name, exact type, None for a tensor) of each parameter when ``opdef`` may take the short
+    path (See NOTE: [the torch tier's call]), else None."""
+    if list(opdef._backend_fns) != [None] or opdef.__dict__.get("_compatfn_kernel_replaced"):
+        return None
+    schema = opdef._opoverload._schema
+    returns = schema.returns
+    if not returns or any(r.alias_info is not None or str(r.type) != "Tensor" for r in returns):
+        return None
+    fn = opdef._init_fn
+    params = list(inspect.signature(fn).parameters.values())
+    if len(params) != len(schema.arguments):
+        return None
+    kinds: List[Tuple[str, Any]] = []
+    for p, arg in zip(params, schema.arguments):
+        annotation = _resolve(p.annotation, fn)
+        if arg.kwarg_only or arg.alias_info is not None or p.name != arg.name:
+            return None
+        if p.kind is not p.POSITIONAL_OR_KEYWORD or not p.name.isidentifier():
+            return None
+        if annotation is torch.Tensor and str(arg.type) == "Tensor":
+            kinds.append((p.name, None))
+        elif annotation in _SCALARS:
+            kinds.append((p.name, annotation))
+        else:
+            return None
+        if not _same_default(p, arg, annotation):
+            return None
+    return kinds
+
+
+def _same_default(p: inspect.Parameter, arg: Any, annotation: Any) -> bool:
+    """Whether the function's default is the schema's (the short path passes every argument)."""
+    if p.default is p.empty:
+        return not arg.has_default_value()
+    return (
+        annotation in _DEFAULTS_COMPARABLE
+        and arg.has_default_value()
+        and type(arg.default_value) is type(p.default)
+        and arg.default_value == p.default
+    )
+
+
+def _autograd_class(opdef: Any, names: List[str], given: int, g: Dict[str, Any]) -> Any:
+    """The short path's legacy autograd Function for calls whose first ``given`` arguments reach
+    torch's Autograd kernel (the dispatcher leaves out trailing arguments equal to their
+    defaults, so torch's ``ctx.needs_input_grad`` has one entry per argument given): forward runs
+    the kernel and the registered setup_context with every argument, backward is torch's own
+    (See NOTE: [the torch tier's call]). ``g`` holds the defaults (``default<i>``)."""
+    call = ", ".join(names)
+    inputs = "(" + call + ("," if len(names) == 1 else "") + ")"
+    lines = [f"def $function({', '.join(['$ctx', *names[:given], '$metadata'])}):"]
+    lines += [f"    {n} = $default{i}" for i, n in enumerate(names) if i >= given]
+    lines.append(f"    $output = $kernel({call})")
+    if opdef._setup_context_fn is not None:
+        lines.append(f"    $setup_context(ctx=$ctx, inputs={inputs}, output=$output)")
+    lines.append("    return $output")
+    globals_ = {k: v for k, v in g.items() if k.startswith("default")}
+    forward = generated_function(
+        "".join(line + "\n" for line in lines),
+        {
+            **globals_,
+            "kernel": opdef._init_fn,
+            "setup_context": opdef._setup_context_fn,
+            "ctx": None,
+            "metadata": None,
+            "output": None,
+        },
+        set(names),
+        f"<forward of custom op {opdef._qualname}>",
+    )
+    overload = opdef._opoverload
+    name = f"GeneratedBackwardFor_{overload._namespace}_{overload._opname}_{overload._overloadname}"
+    return type(
+        name,
+        (torch.autograd.Function,),
+        {
+            "forward": staticmethod(forward),
+            "backward": torch_autograd_backward(opdef),
+            "__qualname__": name,
+            "__module__": __name__,
+        },
+    )
+
+
+def _probes(g: Dict[str, Any]) -> List[str]:
+    """What sends this op's call through the dispatcher (the source of each test; ``g`` gets the
+    names they use), dynamo first (a constant True while it traces; non-strict torch.export runs
+    the code under dispatch modes)."""
+    probes = [
+        dynamo_tracing,
+        dispatch_mode_count,
+        transforms_active,
+        torch_function_mode_enabled,
+        tracing_state,
+        any_autocast_enabled,  # an autocast rule (register_autocast) runs in the dispatcher
+    ]
+    g.update({f"probe{i}": p for i, p in enumerate(probes)})
+    g["autograd_profiler"] = autograd_profiler
+    return [f"$probe{i}()" for i in range(len(probes))] + [
+        "$autograd_profiler._is_profiler_enabled"
+    ]
+
+
+def _short_path_lines(
+    opdef: Any, kinds: List[Tuple[str, Any]], g: Dict[str, Any], defaults: List[str]
+) -> List[str]:
+    """The short path (See NOTE: [the torch tier's call]): its test, the defaults filled in, and
+    its body."""
+    names = [n for n, _ in kinds]
+    tensors = [n for n, kind in kinds if kind is None]
+    test = [f"not ({' or '.join(_probes(g))})"]
+    test.append("not ($args or $kwargs)")
+    test += [f"type({t}) is $Tensor and not {t}.is_meta" for t in tensors]
+    g["kernel"] = opdef._init_fn
+    call = ", ".join(names)
+    if AUTOGRAD_KERNEL_ALWAYS_APPLIES:  # inference mode skips torch's Autograd kernel
+        g["no_autograd"] = torch.is_inference_mode_enabled
+        grad = "not $no_autograd()"
+    else:
+        g["grad_enabled"] = torch.is_grad_enabled
+        grad = (
+            f"({' or '.join(f'{t}.requires_grad' for t in tensors) or 'False'}) and $grad_enabled()"
+        )
+    distinct = distinct_storage_source(
+        "$out", tensors, {"storage_id": "$storage_id", "alias_of": "$alias_of"}
+    )
+    inputs = "(" + call + ("," if len(names) == 1 else "") + ")"
+    # After the defaults are filled: each argument has exactly the type the schema wants.
+    scalars = []
+    for i, (name, kind) in enumerate(kinds):
+        if kind is not None:
+            g[f"kind{i}"] = kind
+            scalars.append(f"type({name}) is not $kind{i}")
+    body = []
+    if scalars:
+        body += [
+            f"if {' or '.join(scalars)}:",
+            f"    return $dispatch($self, {inputs}, $names, (), {{}})",
+        ]
+    body += [f"if {grad}:", *_apply_lines(opdef, names, g), "else:"]
+    body += [
+        f"    $out = $kernel({call})",
+        f"if type($out) is $Tensor and {distinct}:",
+        "    return $out",
+        f"return $checked($self, {inputs}, $out)",
+    ]
+    return [f"if {' and '.join(test)}:"] + [f"    {line}" for line in [*defaults, *body]]
+
+
+def _apply_lines(opdef: Any, names: List[str], g: Dict[str, Any]) -> List[str]:
+    """The short path's autograd call, given the arguments torch's Autograd kernel would get:
+    trailing arguments equal to their defaults left out, as the dispatcher does."""
+    required = len(names) - sum(1 for i in range(len(names)) if f"default{i}" in g)
+
+    def apply(given: int, indent: str) -> List[str]:
+        g[f"apply{given}"] = C_APPLY.__get__(None, _autograd_class(opdef, names, given, g))
+        return [f"{indent}$out = $apply{given}({', '.join([*names[:given], 'None'])})"]
+
+    def lines(given: int, indent: str) -> List[str]:
+        if given == required:
+            return apply(given, indent)
+        last = names[given - 1]
+        return [
+            f"{indent}if {last} == $default{given - 1}:",
+            *lines(given - 1, indent + "    "),
+            f"{indent}else:",
+            *apply(given, indent + "    "),
+        ]
+
+    return lines(len(names), "    ")
+
+
+def _generated_call(opdef: Any) -> Callable:
+    """The op's ``__call__`` as it is registered now (See NOTE: [the torch tier's call])."""
+    kinds = _simple_kinds(opdef)
+    if kinds is None:
+        return _Base.__call__  # type: ignore[no-any-return]
+    fn = opdef._init_fn
+    params = list(inspect.signature(fn).parameters.values())
+    g: Dict[str, Any] = {
+        "Tensor": torch.Tensor,
+        "MISSING": _MISSING,
+        "storage_id": storage_id,
+        "alias_of": is_alias_of,
+        "checked": _checked_output,
+        "dispatch": _dispatcher_call,
+        "self": None,
+        "names": None,
+        "out": None,
+        "args": None,
+        "kwargs": None,
+    }
+    # Every parameter defaults to MISSING: what the caller left out stays out of a dispatcher call.
+    header = ["$self", *(f"{p.name}=$MISSING" for p in params), "*$args", "**$kwargs"]
+    names = [n for n, _ in kinds]
+    values = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
+    # The short path fills the function's defaults in.
+    body: List[str] = []
+    for i, p in enumerate(params):
+        if p.default is not p.empty:
+            g[f"default{i}"] = p.default
+            body += [f"if {p.name} is $MISSING:", f"    {p.name} = $default{i}"]
+    body = _short_path_lines(opdef, kinds, g, body)
+    g["names"] = tuple(names)
+    body.append(f"return $dispatch($self, {values}, $names, $args, $kwargs)")
+    source = f"def $function({', '.join(header)}):\n" + "".join(f"    {b}\n" for b in body)
+    call: Any = generated_function(source, g, set(names), f"<call of custom op {opdef._qualname}>")
+    name = (
+        opdef._name if opdef._name.isidentifier() and not keyword.iskeyword(opdef._name) else "op"
+    )
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = fn.__doc__
+    return call  # type: ignore[no-any-return]
+
+
+def _dispatcher_call(opdef: Any, values: tuple, names: tuple, args: tuple, kwargs: dict) -> Any:
+    """The call as torch's own ``CustomOpDef.__call__`` makes it (every call the short path does
+    not take): the operator, given what the caller gave (positionally up to the first argument
+    left out, then by name), so that torch converts the arguments or raises its own error."""
+    positional: List[Any] = []
+    keywords: Dict[str, Any] = {}
+    after_missing = False
+    for name, value in zip(names, values):
+        if value is _MISSING:
+            after_missing = True
+        elif after_missing:
+            keywords[name] = value
+        else:
+            positional.append(value)
+    return opdef._opoverload(*positional, *args, **keywords, **kwargs)
+
+
+def _checked_output(opdef: Any, inputs: tuple, output: Any) -> Any:
+    """The short path's output when it is what the schema returns and keeps torch's aliasing rule;
+    else the call again through the dispatcher, where torch raises its own error (See NOTE: [the
+    torch tier's call])."""
+    count = len(opdef._opoverload._schema.returns)
+    outputs = (output,) if count == 1 else output
+    if (
+        isinstance(outputs, tuple)
+        and len(outputs) == count
+        and all(isinstance(o, torch.Tensor) for o in outputs)
+        and not aliases_any(inputs, outputs)
+    ):
+        return output
+    return opdef._opoverload(*inputs)
+
+
+def install_call(opdef: Any) -> None:
+    """Give ``opdef``'s class the op's call as it is registered now."""
+    type(opdef).__call__ = _generated_call(opdef)
+
+
+class FastCustomOpDef(_Base):  # type: ignore[misc,valid-type]
+    """torch's ``CustomOpDef`` (torch >= 2.4) whose eager calls skip the dispatcher where nothing
+    needs it (See NOTE: [the torch tier's call]); every method is torch's.
+
+    Example::
+
+        >>> @compatfn.custom_op("mylib::twice", mutates_args=())
+        ... def twice(x: torch.Tensor) -> torch.Tensor:
+        ...     return x * 2
+        >>> twice(torch.ones(2))
+        tensor([2., 2.])
+    """
+
+    def register_kernel(self, device_types: Any, fn: Optional[Callable] = None, /) -> Callable:
+        register = _Base.register_kernel(self, device_types)  # torch's checks, now
+
+        def registered(kernel: Callable) -> Callable:
+            result = register(kernel)
+            self._compatfn_kernel_replaced = True
+            install_call(self)
+            return result  # type: ignore[no-any-return]
+
+        return registered if fn is None else registered(fn)
+
+    def register_autograd(self, *args: Any, **kwargs: Any) -> None:
+        _Base.register_autograd(self, *args, **kwargs)
+        install_call(self)
+
+
+def op_class(base: Any) -> Any:
+    """A class of the op's own (its ``__call__`` is the op's), derived from ``base``."""
+    return type("CustomOpDef", (base,), {"__module__": base.__module__})
