@@ -260,6 +260,65 @@ def test_what_needs_the_dispatcher_gets_it(mode):
     assert spy.calls == (0 if mode == "inference_mode" else 1)
 
 
+def _seen(x: torch.Tensor) -> torch.Tensor:
+    """What the kernel sees of its input: conjugate and negative bits."""
+    return torch.tensor([float(x.is_conj()), float(x.is_neg())])
+
+
+def test_forward_ad_goes_to_the_dispatcher():
+    """torch's autograd kernel has no forward-mode formula: inside ``dual_level`` torch's own op
+    gives no tangent (2.5+) or raises (2.4, which always applies its autograd Function); ours
+    does the same."""
+    import torch.autograd.forward_ad as fwAD
+
+    outcomes = []
+    for op in pair():
+        with fwAD.dual_level():
+            dual = fwAD.make_dual(torch.ones(3), torch.ones(3))
+            try:
+                outcomes.append(fwAD.unpack_dual(op(dual)).tangent)
+            except NotImplementedError as error:
+                outcomes.append(str(error))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[1] is None or "jvp" in outcomes[1]
+
+
+@pytest.mark.parametrize("view", ["conj", "neg"])
+def test_lazily_conjugated_or_negated_inputs_reach_the_kernel_materialized(view):
+    """The dispatcher's Conjugate and Negative fallbacks materialize such views before the kernel
+    runs (a NumPy-based kernel depends on it)."""
+    z = torch.ones(2, dtype=torch.complex64).conj()
+    x = z if view == "conj" else z.imag
+    assert x.is_conj() or x.is_neg()
+    seen = [op(x) for op in pair(_seen, "seen", autograd=False)]
+    torch.testing.assert_close(seen[0], seen[1])
+    assert seen[1].sum() == 0
+
+
+def test_a_nested_tensor_gets_torchs_error():
+    nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    messages = []
+    for op in pair():
+        with pytest.raises(NotImplementedError, match="NestedTensor") as info:
+            op(nested)
+        messages.append(without_namespace(str(info.value).splitlines()[0], op))
+    assert messages[0] == messages[1]
+
+
+def test_a_captured_tensor_that_requires_grad_is_not_recorded():
+    """torch runs the kernel below autograd when no input requires grad: what it computes from a
+    captured parameter carries no graph."""
+    weight = torch.ones(2, requires_grad=True)
+
+    def scaled(x: torch.Tensor) -> torch.Tensor:
+        return x * weight
+
+    outputs = [op(torch.ones(2)) for op in pair(scaled, "scaled", autograd=False)]
+    assert [o.requires_grad for o in outputs] == [False, False]
+    assert [o.grad_fn for o in outputs] == [None, None]
+    torch.testing.assert_close(outputs[0], outputs[1])
+
+
 def test_dispatch_modes_see_the_op():
     from torch.utils._python_dispatch import TorchDispatchMode
 

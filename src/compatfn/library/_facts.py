@@ -162,6 +162,11 @@ def torch_autograd_backward(opdef: Any) -> Callable:
 #: (dynamo, inductor); an attribute read costs less than ``torch._C._autograd._profiler_enabled``.
 # Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/autograd/profiler.py
 autograd_profiler: Any = getattr(getattr(torch, "autograd", None), "profiler", None)
+#: torch's forward-mode AD module: inside ``dual_level()`` its ``_current_level`` is 0 or more
+#: (-1 outside; torch 2.4-2.15 measured). A custom op's call then goes through the dispatcher,
+#: where torch's autograd kernel has no forward-mode formula (the output carries no tangent).
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/autograd/forward_ad.py
+forward_ad: Any = getattr(getattr(torch, "autograd", None), "forward_ad", None)
 #: The TorchScript tracer's state (None unless ``torch.jit.trace`` runs).
 # Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/jit/_trace.py
 tracing_state: Callable[[], Any] = getattr(torch._C, "_get_tracing_state", lambda: None)

@@ -16,6 +16,7 @@ from compatfn.library._facts import (
     TorchCustomOpDef,
     any_autocast_enabled,
     autograd_profiler,
+    forward_ad,
     dispatch_mode_count,
     is_alias_of,
     storage_id,
@@ -38,18 +39,21 @@ __all__ = ["FastCustomOpDef", "install_call", "op_class"]
 # and plain scalars in, tensors out, no aliasing or keyword-only parameters in its schema, the
 # function's defaults the schema's) takes a short path when every argument has the exact type the
 # schema wants (so nothing needs converting: anything else goes to the dispatcher, which converts it
-# or raises torch's own error), the tensors are plain and not on the meta device, and nothing needs
-# the dispatcher: dynamo tracing (first: under dynamo the call is the operator, one node; non-strict
+# or raises torch's own error), the tensors are plain (not meta, nested, or lazily conjugated or
+# negated views, which the dispatcher's fallbacks materialize first), and nothing needs the
+# dispatcher: dynamo tracing (first: under dynamo the call is the operator, one node; non-strict
 # torch.export runs under dispatch modes), dispatch modes (FakeTensorMode, FlopCounterMode,
-# TorchDispatchMode), torch.func transforms, TorchFunctionModes, the TorchScript tracer, a profiler
-# (it records the op by name), autocast (where the op's autocast rule runs), inference mode where
+# TorchDispatchMode), torch.func transforms, forward-mode AD (``dual_level``), TorchFunctionModes,
+# the TorchScript tracer, a profiler (it records the op by name), autocast (where the op's autocast rule runs), inference mode where
 # torch's Autograd kernel always runs its Function (``AUTOGRAD_KERNEL_ALWAYS_APPLIES``). The short
 # path does what torch's kernels do: with an input requiring grad (or always, where torch does) it
 # runs a legacy autograd Function named as torch's (``GeneratedBackwardFor_<ns>_<name>_default``)
 # whose forward runs the kernel and the registered setup_context and whose backward IS torch's
 # (``torch_autograd_backward``: its checks and errors), given the arguments torch's Autograd kernel
 # gets (the dispatcher leaves out trailing arguments equal to their defaults, and backward's
-# ``ctx.needs_input_grad`` shows it); else the kernel alone. torch's aliasing
+# ``ctx.needs_input_grad`` shows it); else the kernel alone, whose outputs are then detached where
+# they require grad (torch runs it below autograd: a captured parameter is recorded nowhere).
+# torch's aliasing
 # rule: a single output sharing no storage with any input passes at once; anything else is checked
 # in full, and an output that breaks the rule, or is not what the schema returns, makes the call go
 # through the dispatcher again, so that torch itself raises its own error (the kernel runs twice
@@ -163,8 +167,10 @@ def _probes(g: Dict[str, Any]) -> List[str]:
     ]
     g.update({f"probe{i}": p for i, p in enumerate(probes)})
     g["autograd_profiler"] = autograd_profiler
+    g["forward_ad"] = forward_ad
     return [f"$probe{i}()" for i in range(len(probes))] + [
-        "$autograd_profiler._is_profiler_enabled"
+        "$autograd_profiler._is_profiler_enabled",
+        "$forward_ad._current_level >= 0",
     ]
 
 
@@ -177,7 +183,13 @@ def _short_path_lines(
     tensors = [n for n, kind in kinds if kind is None]
     test = [f"not ({' or '.join(_probes(g))})"]
     test.append("not ($args or $kwargs)")
-    test += [f"type({t}) is $Tensor and not {t}.is_meta" for t in tensors]
+    # Tensors the dispatcher would hand to another kernel or fallback first: meta, nested, and
+    # lazily conjugated or negated views (the fallbacks materialize them for the kernel).
+    test += [
+        f"type({t}) is $Tensor and not ({t}.is_meta or {t}.is_nested or {t}.is_conj() "
+        f"or {t}.is_neg())"
+        for t in tensors
+    ]
     g["kernel"] = opdef._init_fn
     call = ", ".join(names)
     if AUTOGRAD_KERNEL_ALWAYS_APPLIES:  # inference mode skips torch's Autograd kernel
@@ -207,6 +219,10 @@ def _short_path_lines(
     body += [f"if {grad}:", *_apply_lines(opdef, names, g), "else:"]
     body += [
         f"    $out = $kernel({call})",
+        # torch runs this kernel below autograd: what it computes from a captured tensor that
+        # requires grad is recorded nowhere.
+        "    if type($out) is not $Tensor or $out.requires_grad:",
+        "        $out = $below_autograd($out)",
         f"if type($out) is $Tensor and {distinct}:",
         "    return $out",
         f"return $checked($self, {inputs}, $out)",
@@ -251,6 +267,7 @@ def _generated_call(opdef: Any) -> Callable:
         "alias_of": is_alias_of,
         "checked": _checked_output,
         "dispatch": _dispatcher_call,
+        "below_autograd": _below_autograd,
         "self": None,
         "names": None,
         "out": None,
@@ -278,6 +295,15 @@ def _generated_call(opdef: Any) -> Callable:
     call.__name__ = call.__qualname__ = name
     call.__doc__ = fn.__doc__
     return call  # type: ignore[no-any-return]
+
+
+def _below_autograd(output: Any) -> Any:
+    """``output`` as torch's below-autograd kernel call gives it: no tensor in it requires grad."""
+    if isinstance(output, torch.Tensor):
+        return output.detach() if output.requires_grad else output
+    if isinstance(output, tuple):
+        return tuple(_below_autograd(o) for o in output)
+    return output
 
 
 def _dispatcher_call(opdef: Any, values: tuple, names: tuple, args: tuple, kwargs: dict) -> Any:
