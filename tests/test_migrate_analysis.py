@@ -213,7 +213,8 @@ def test_a_with_block_name_and_a_ctx_attribute_read_back_after_the_block():
             "forward uses ctx inside a with block other than grad mode",
         ),
         (
-            "with torch.no_grad():\n    y = x * 2\n    ctx.save_for_backward(y)\ny = y + 1",
+            "with torch.no_grad():\n    y = x * 2\n    ctx.save_for_backward(y)\n    z = y * 3\n"
+            "y = y + z",
             "forward saves y inside a with block and assigns it again after the block",
         ),
     ],
@@ -228,3 +229,30 @@ def test_with_blocks_that_stay_refused(block, reason):
     result = migrate_source(source, "case.py")
     assert result.migrated == []
     assert len(result.refusals) == 1 and reason in str(result.refusals[0])
+
+
+def test_a_plain_tail_of_a_with_block_moves_after_it():
+    # The save ends the block: it moves after the block, where the value it saves is kept
+    # under a name of its own because forward assigns it again.
+    source = """
+        import torch
+
+        class Tail(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                with torch.no_grad():
+                    y = x * 2
+                    ctx.save_for_backward(y)
+                y = y + 1
+                return y
+
+            @staticmethod
+            def backward(ctx, grad):
+                (y,) = ctx.saved_tensors
+                return grad * y
+        """
+    new = assert_same_behaviour(source, "Tail", torch.randn(3, dtype=torch.float64))
+    assert (
+        "with torch.no_grad():\n            y = x * 2\n        saved_0 = y\n        y = y + 1\n"
+        in new
+    )

@@ -42,7 +42,7 @@ class EnableGradRecompute(torch.autograd.Function):
         inner, y = ctx.saved_tensors
         assert ctx.grad_was_on
         with torch.enable_grad():
-            (dx,) = torch.autograd.grad(y, inner, grad)
+            (dx,) = torch.autograd.grad(y, inner, grad, retain_graph=True)
         return dx
 
 

@@ -154,7 +154,9 @@ def split_with(
         return None
     assert isinstance(stmt, cst.With) and isinstance(stmt.body, cst.IndentedBlock)
     body = list(stmt.body.body)
-    moved = [s for s in body if isinstance(s, cst.SimpleStatementLine) and is_ctx_statement(s, ctx)]
+    moved: List[cst.BaseStatement] = [
+        s for s in body if isinstance(s, cst.SimpleStatementLine) and is_ctx_statement(s, ctx)
+    ]
     kept = [s for s in body if not any(s is m for m in moved)]
     if not moved or any(ctx_misuse(s, ctx) for s in [*kept, *stmt.items]):
         return None
