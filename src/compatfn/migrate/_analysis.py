@@ -31,6 +31,7 @@ from ._syntax import (
     bindings,
     fresh_name,
     loaded_names,
+    names_in_order,
     positional_params,
     star_param,
     statement,
@@ -232,8 +233,9 @@ class ForwardAnalysis:
         snapshots: List[cst.BaseStatement] = []
         replacements: Dict[int, cst.BaseExpression] = {}
         for position, expr in enumerate(value_expressions(small)):
-            names = loaded_names(expr) - {self.ctx}
-            kinds = {name: self._classify(name, earlier, later_assigned) for name in names}
+            ordered = [name for name in names_in_order(expr) if name != self.ctx]
+            names = set(ordered)
+            kinds = {name: self._classify(name, earlier, later_assigned) for name in ordered}
             bare = isinstance(expr, cst.Name) or (
                 isinstance(expr, cst.StarredElement) and isinstance(expr.value, cst.Name)
             )
@@ -331,7 +333,7 @@ class ForwardAnalysis:
         earlier = self._earlier_assigned(index)
         inside = bindings(forward_if)[0]
         for test in if_tests(stmt):
-            for name in loaded_names(test) - {self.ctx}:
+            for name in sorted(loaded_names(test) - {self.ctx}):
                 kind = self._classify(name, earlier, later_assigned)
                 if kind == "intermediate" or name in later_mutated or name in inside:
                     raise Refused(
