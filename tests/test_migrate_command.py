@@ -1,60 +1,22 @@
-"""compatfn.migrate.command: each file on its own, nothing half-written, bytes kept as they were,
+"""compatfn.migrate._command: each file on its own, nothing half-written, bytes kept as they were,
 and exit statuses a CI can rely on (``--check``, ``--strict``)."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
+import re
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("libcst", reason="libcst is not installed: pip install 'compatfn[migrate]'")
 
-from compatfn.migrate import command
+from compatfn.migrate import _command as command
+from migrate_support import LEGACY_SQUARE as LEGACY
+from migrate_support import MIGRATED_HEAD, REFUSED_SQUARE
+from migrate_support import migrate_cli as cli
 
-LEGACY = """\
-import torch
-
-
-class Square(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return 2 * x * grad
-"""
-MIGRATED_HEAD = "import compatfn\nimport torch\n\n\n@compatfn.function\nclass Square("
-REFUSED_ONLY = """\
-import torch
-
-
-class Helper(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        save(ctx, x)
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad
-"""
 DEEP = "TOTAL = " + " + ".join(["1"] * 500) + "\n"
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "compatfn", "migrate", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
 
 
 @pytest.mark.parametrize(
@@ -94,14 +56,19 @@ def test_a_long_expression_is_migrated_without_recursion_error(tmp_path):
     assert "@compatfn.function\nclass Square(" in text
 
 
-def test_a_failing_file_is_reported_and_the_run_goes_on(tmp_path):
-    (tmp_path / "a_broken.py").write_text("def (:\n")
-    (tmp_path / "b_ok.py").write_text(LEGACY)
-    result = cli("--write", ".", cwd=tmp_path)
+@pytest.mark.parametrize("mode", ["--write", "--check"])
+def test_a_failing_file_is_reported_and_the_run_goes_on(tmp_path, mode):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a_broken.py").write_text("def (:\n")
+    (tmp_path / "pkg" / "b_ok.py").write_text(LEGACY)
+    result = cli(mode, "pkg", cwd=tmp_path)
     assert result.returncode == 2
-    assert "error: a_broken.py: cannot parse: " in result.stderr
+    assert re.search(r"^error: pkg/a_broken\.py: cannot parse: ", result.stderr, re.M)
     assert "Traceback" not in result.stderr
-    assert (tmp_path / "b_ok.py").read_text().startswith(MIGRATED_HEAD)
+    if mode == "--write":
+        assert (tmp_path / "pkg" / "b_ok.py").read_text().startswith(MIGRATED_HEAD)
+    else:
+        assert result.stdout == "would migrate pkg/b_ok.py: Square\n"
 
 
 def test_an_unwritable_file_is_reported_whole_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
@@ -137,10 +104,10 @@ def test_write_keeps_the_permission_bits(tmp_path):
 def test_check_fails_on_changes_and_strict_also_on_refusals(tmp_path):
     # A tree where every Function is refused: --check is green (nothing would change), --strict
     # is red (what a CI that wants everything migrated checks).
-    (tmp_path / "refused.py").write_text(REFUSED_ONLY)
+    (tmp_path / "refused.py").write_text(REFUSED_SQUARE)
     check = cli("--check", ".", cwd=tmp_path)
     assert check.returncode == 0 and check.stdout == ""
-    assert "refused.py:7: Helper: forward passes ctx to save()" in check.stderr
+    assert "refused.py:7: Square: forward passes ctx to keep()" in check.stderr
     strict = cli("--check", "--strict", ".", cwd=tmp_path)
     assert strict.returncode == 1
     (tmp_path / "legacy.py").write_text(LEGACY)
@@ -149,12 +116,11 @@ def test_check_fails_on_changes_and_strict_also_on_refusals(tmp_path):
     assert cli("--strict", "legacy.py", cwd=tmp_path).returncode == 0  # a diff, no refusal
 
 
-def test_help_shows_the_rules_and_exit_statuses():
-    from compatfn.migrate.rules import EXIT_STATUS, RULES
+def test_help_shows_the_rules_and_exit_statuses(tmp_path):
+    from compatfn.migrate._rules import EXIT_STATUS, RULES
 
-    result = subprocess.run(
-        [sys.executable, "-m", "compatfn", "migrate", "--help"], capture_output=True, text=True
-    )
+    result = cli("--help", cwd=tmp_path)
     assert result.returncode == 0
     assert RULES in result.stdout and EXIT_STATUS in result.stdout
-    assert "--strict" in result.stdout
+    for phrase in ("Refused", "intermediates", "custom_fwd", "super().forward", "--strict"):
+        assert phrase in result.stdout

@@ -1,4 +1,4 @@
-"""compatfn.migrate.imports: the added import lands where isort and ruff (``I``, default
+"""compatfn.migrate._imports: the added import lands where isort and ruff (``I``, default
 settings) put it, so that a library's own import-order check stays green on migrated files."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 cst = pytest.importorskip("libcst", reason="libcst is not installed")
 
-from compatfn.migrate.imports import add_import  # noqa: E402
+from compatfn.migrate._imports import add_import  # noqa: E402
 
 CASES = {
     "third party, before torch, after __future__ and the standard library": (

@@ -1,4 +1,4 @@
-"""compatfn.migrate.plan: what becomes of each class, and the refusals' reasons."""
+"""compatfn.migrate._plan: what becomes of each class, and the refusals' reasons."""
 
 from __future__ import annotations
 

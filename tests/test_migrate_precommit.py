@@ -4,11 +4,9 @@ blocks the commit."""
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 from typing import Dict, List
 
@@ -16,23 +14,11 @@ import pytest
 
 pytest.importorskip("libcst", reason="libcst is not installed: pip install 'compatfn[migrate]'")
 
+from migrate_support import LEGACY_SQUARE as LEGACY
+from migrate_support import REFUSED_SQUARE as REFUSED
+from migrate_support import migrate_cli, run_entry
+
 HOOKS = Path(__file__).resolve().parent.parent / ".pre-commit-hooks.yaml"
-LEGACY = """\
-import torch
-
-
-class Square(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return 2 * x * grad
-"""
-REFUSED = LEGACY.replace("ctx.save_for_backward(x)", "keep(ctx, x)")
 
 
 def hooks() -> Dict[str, Dict[str, str]]:
@@ -51,15 +37,7 @@ def hooks() -> Dict[str, Dict[str, str]]:
 
 
 def run_hook(hook_id: str, files: List[str], cwd: Path) -> subprocess.CompletedProcess:
-    entry = shlex.split(hooks()[hook_id]["entry"])
-    assert entry[0] == "python"  # language: python runs it in the hook's own environment
-    return subprocess.run(
-        [sys.executable, *entry[1:], *files],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
+    return run_entry(shlex.split(hooks()[hook_id]["entry"]), files, cwd)
 
 
 def test_the_hooks_file_names_both_hooks():
@@ -75,10 +53,8 @@ def test_hooks_block_a_legacy_function_and_pass_once_migrated(tmp_path):
         result = run_hook(hook_id, ["ops.py"], tmp_path)
         assert result.returncode == 1, result.stderr
         assert result.stdout == "would migrate ops.py: Square\n"
-    write = subprocess.run(
-        [sys.executable, "-m", "compatfn", "migrate", "--write", "ops.py"], cwd=tmp_path
-    )
-    assert write.returncode == 0
+    write = migrate_cli("--write", "ops.py", cwd=tmp_path)
+    assert write.returncode == 0, write.stderr
     for hook_id in hooks():
         assert run_hook(hook_id, ["ops.py"], tmp_path).returncode == 0
 

@@ -1,11 +1,11 @@
-"""compatfn.migrate.rules: the rules are written once; ``--help`` and docs/migrating.md show
+"""compatfn.migrate._rules: the rules are written once; ``--help`` and docs/migrating.md show
 them as they are."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from compatfn.migrate.rules import EXIT_STATUS, RULES
+from compatfn.migrate._rules import EXIT_STATUS, RULES
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "migrating.md"
 
@@ -22,7 +22,7 @@ def test_importing_the_rules_needs_no_libcst():
 
     code = (
         "import sys; sys.modules['libcst'] = None\n"
-        "from compatfn.migrate.rules import RULES; print(len(RULES) > 0)"
+        "from compatfn.migrate._rules import RULES; print(len(RULES) > 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout == "True\n", result.stderr

@@ -3,14 +3,14 @@ through that copy (``python -m compatfn vendor``), never through the installed p
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("libcst", reason="libcst is not installed: pip install 'compatfn[migrate]'")
+
+from migrate_support import migrate_cli
+from migrate_support import python as _run
 
 CORPUS = Path(__file__).resolve().parent / "migrate_corpus"
 
@@ -21,9 +21,16 @@ import torch
 
 import mylib.intermediates as ops
 import mylib.real_patterns as real
+import mylib.with_blocks as blocks
 
 assert "compatfn" not in sys.modules, "the installed compatfn was imported"
-for module, name in [(ops, "AttentionWithStats"), (real, "VectorSolve"), (real, "TreeMatmul")]:
+for module, name in [
+    (ops, "AttentionWithStats"),
+    (real, "VectorSolve"),
+    (real, "TreeMatmul"),
+    (blocks, "NoGradScale"),
+    (blocks, "EnableGradRecompute"),
+]:
     cls = getattr(module, name)
     assert "setup_context" in vars(cls)
     inputs, extra = module.CASES[name]()
@@ -36,33 +43,16 @@ print("ok")
 """
 
 
-def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-
-
 def test_migrated_classes_run_through_the_vendored_copy(tmp_path):
     package = tmp_path / "mylib"
     package.mkdir()
     (package / "__init__.py").write_text("")
     vendored = _run("-m", "compatfn", "vendor", "mylib/_compat.py", cwd=tmp_path)
     assert vendored.returncode == 0, vendored.stderr
-    for stem in ("intermediates", "real_patterns"):
+    for stem in ("intermediates", "real_patterns", "with_blocks"):
         (package / f"{stem}.py").write_text((CORPUS / f"{stem}.py").read_text())
-    migrated = _run(
-        "-m",
-        "compatfn",
-        "migrate",
-        "--write",
-        "--decorator",
-        "mylib._compat:function",
-        "mylib",
-        cwd=tmp_path,
+    migrated = migrate_cli(
+        "--write", "--decorator", "mylib._compat:function", "mylib", cwd=tmp_path
     )
     assert migrated.returncode == 0, migrated.stderr
     source = (package / "intermediates.py").read_text()

@@ -10,8 +10,9 @@ Each Python needs torch, pytest and the libraries' test dependencies, and libcst
 taken from this checkout's ``src/``. For every library the script copies the sdist twice
 (``SCRATCH/work/<lib>/original`` and ``.../migrated``), migrates the second copy with
 ``--write``, checks that a second run changes nothing, runs the library's tests that exercise
-its Functions on both copies with every Python, and prints a Markdown table (and writes it as
-JSON to ``SCRATCH/work/real_corpus.json``).
+its Functions on both copies with every Python (no ``-x``: every test runs; JUnit XML per run in
+``SCRATCH/work/<lib>/junit-<copy>-torch<X>.xml``), compares the outcomes test by test, and prints a
+Markdown table (and writes it as JSON to ``SCRATCH/work/real_corpus.json``).
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ import os
 import re
 import shutil
 import subprocess
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+SRC = [Path(__file__).resolve().parent.parent / "src"]
 
 
 @dataclass(frozen=True)
@@ -60,12 +62,7 @@ LIBRARIES = (
         "1.3.0",
         "pytorch_wavelets-1.3.0",
         "pytorch_wavelets",
-        (
-            "tests/test_dwt.py",
-            "tests/test_dwt1d.py",
-            "tests/test_dtcwt.py",
-            "tests/test_scatnet_fwd.py",
-        ),
+        ("tests",),
     ),
     Library("sparsemax", "0.1.9", "sparsemax-0.1.9", "sparsemax", ("tests/test_sparsemax.py",)),
     Library(
@@ -79,13 +76,21 @@ LIBRARIES = (
         "torchkbnufft", "1.5.2", "torchkbnufft-1.5.2", "torchkbnufft", ("tests/test_interp.py",)
     ),
     Library("torchsde", "0.2.6", "torchsde-0.2.6", "torchsde", ("tests/test_adjoint.py",)),
+    # The sdist has no tests: copy tests/ of the commit whose torchdiffeq/ equals the sdist's
+    # (github.com/rtqichen/torchdiffeq a88aac5, "upd version") into the unpacked folder.
+    Library(
+        "torchdiffeq",
+        "0.2.5",
+        "torchdiffeq-0.2.5",
+        "torchdiffeq",
+        tuple(f"tests/{n}_tests.py" for n in ("gradient", "event", "api")),
+    ),
 )
-
-SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)")
 
 
 def _env(root: Path) -> Dict[str, str]:
-    return {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{SRC}", "PYTHONWARNINGS": "ignore"}
+    path = f"{root}{os.pathsep}{SRC[0]}"
+    return {**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore"}
 
 
 def migrate(python: str, root: Path, package: str, mode: str) -> Tuple[int, str]:
@@ -107,18 +112,43 @@ def counts(stderr: str) -> Tuple[int, List[str]]:
     return int(last.group(1)) if last else 0, refusals
 
 
-def run_tests(python: str, root: Path, tests: Sequence[str]) -> Dict[str, int]:
-    """pytest's closing counts for ``tests`` run in ``root``."""
-    done = subprocess.run(
-        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *tests],
+def outcomes(junit: Path) -> Dict[str, str]:
+    """``{test id: passed | failed | error | skipped}`` from a JUnit XML file."""
+    found = {}
+    for case in ET.parse(junit).iter("testcase"):
+        kinds = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
+        outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}.get(
+            kinds[0] if kinds else "", "passed"
+        )
+        found[f"{case.get('classname')}::{case.get('name')}"] = outcome
+    return found
+
+
+def run_tests(python: str, root: Path, tests: Sequence[str], junit: Path) -> Dict[str, str]:
+    """Every test's outcome for ``tests`` run in ``root`` (all of them: no ``-x``)."""
+    junit.unlink(missing_ok=True)
+    subprocess.run(
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *tests],
         cwd=root,
         env=_env(root),
         capture_output=True,
         text=True,
     )
-    lines = done.stdout.strip().splitlines()
-    found = {kind.rstrip("s"): int(n) for n, kind in SUMMARY.findall(lines[-1] if lines else "")}
-    return found or {"no result": done.returncode}
+    return outcomes(junit) if junit.exists() else {"(no JUnit XML written)": "error"}
+
+
+def compare(original: Dict[str, str], migrated: Dict[str, str]) -> Dict[str, object]:
+    """Counts of both runs and every test whose outcome differs (or that ran in one only)."""
+
+    def tally(found: Dict[str, str]) -> Dict[str, int]:
+        return {kind: list(found.values()).count(kind) for kind in sorted(set(found.values()))}
+
+    differences = [
+        f"{test}: {original.get(test, 'not run')} -> {migrated.get(test, 'not run')}"
+        for test in sorted(set(original) | set(migrated))
+        if original.get(test) != migrated.get(test)
+    ]
+    return {"original": tally(original), "migrated": tally(migrated), "differences": differences}
 
 
 def run_library(scratch: Path, library: Library, pythons: Sequence[str]) -> Dict[str, object]:
@@ -146,10 +176,12 @@ def run_library(scratch: Path, library: Library, pythons: Sequence[str]) -> Dict
             capture_output=True,
             text=True,
         ).stdout.strip()
-        results = {
-            copy: run_tests(python, work / copy, library.tests) for copy in ("original", "migrated")
-        }
-        row[f"torch {version}"] = results
+        tag = version.split("+")[0]
+        found = [
+            run_tests(python, work / copy, library.tests, work / f"junit-{copy}-torch{tag}.xml")
+            for copy in ("original", "migrated")
+        ]
+        row[f"torch {version}"] = compare(*found)
     return row
 
 
@@ -159,7 +191,9 @@ def _outcome(results: object) -> str:
         return str(results)
     original, migrated = results["original"], results["migrated"]
     shown = ", ".join(f"{n} {kind}" for kind, n in sorted(original.items()))
-    return f"identical: {shown}" if original == migrated else f"{original} vs {migrated}"
+    if not results.get("differences"):
+        return f"identical test by test: {shown}"
+    return f"{original} vs {migrated}; differ: {results['differences']}"
 
 
 def table(rows: Sequence[Dict[str, object]]) -> str:
@@ -183,18 +217,25 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--python", action="append", default=[], help="an interpreter")
     parser.add_argument("--only", action="append", help="run only these libraries")
     parser.add_argument("--table", action="store_true", help="print the table of the last run")
+    parser.add_argument("--src", type=Path, help="take compatfn from here (default: ./src)")
     args = parser.parse_args(list(argv) or None)
+    if args.src:
+        SRC[0] = args.src.resolve()
     saved = args.scratch / "work" / "real_corpus.json"
     if args.table:
         print(table(json.loads(saved.read_text())))
         return 0
-    rows = []
+    rows: List[Dict[str, object]] = (
+        json.loads(saved.read_text()) if args.only and saved.exists() else []
+    )
     (args.scratch / "work").mkdir(exist_ok=True)
     for library in LIBRARIES:
         if args.only and library.name not in args.only:
             continue
-        rows.append(run_library(args.scratch, library, args.python))
-        print(json.dumps(rows[-1]), flush=True)
+        row = run_library(args.scratch, library, args.python)
+        rows = [r for r in rows if r["library"] != library.name] + [row]
+        rows.sort(key=lambda r: str(r["library"]))
+        print(json.dumps(row), flush=True)
         saved.write_text(json.dumps(rows, indent=2))
     print(table(rows))
     return 0

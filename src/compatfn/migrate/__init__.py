@@ -1,10 +1,10 @@
 """``python -m compatfn migrate``: rewrite legacy ``forward(ctx, ...)`` Functions to the
 setup_context style, on LibCST (``pip install 'compatfn[migrate]'``).
 
-The steps, one module each: :mod:`.analysis` splits a forward into its ctx-free part and what
-setup_context runs; :mod:`.plan` decides what becomes of each class (or why it is refused);
-:mod:`.rewrite` applies the plans (with :mod:`.imports` for the added import); :mod:`.command`
-and :mod:`.cli` are the command line. :mod:`.rules` states what is migrated and what is refused.
+The steps, one module each: :mod:`._analysis` splits a forward into its ctx-free part and what
+setup_context runs; :mod:`._plan` decides what becomes of each class (or why it is refused);
+:mod:`._rewrite` applies the plans (with :mod:`._imports` for the added import); :mod:`._command`
+and :mod:`._cli` are the command line. :mod:`._rules` states what is migrated and what is refused.
 This package imports LibCST only when one of the names below is used. Example::
 
     from compatfn.migrate import migrate_source
@@ -19,18 +19,22 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# The command line for ``compatfn.__main__`` (``from compatfn.migrate import cli``); it imports
+# neither LibCST nor torch. Internal, like every module here: only ``__all__`` is public.
+from . import _cli as cli  # noqa: F401
+
 if TYPE_CHECKING:
-    from .command import python_files, run
-    from .rewrite import Refusal, Result, migrate_source
+    from ._command import python_files, run
+    from ._rewrite import Refusal, Result, migrate_source
 
 __all__ = ["Refusal", "Result", "migrate_source", "python_files", "run"]
 
 _HOMES = {
-    "Refusal": "rewrite",
-    "Result": "rewrite",
-    "migrate_source": "rewrite",
-    "python_files": "command",
-    "run": "command",
+    "Refusal": "_rewrite",
+    "Result": "_rewrite",
+    "migrate_source": "_rewrite",
+    "python_files": "_command",
+    "run": "_command",
 }
 
 

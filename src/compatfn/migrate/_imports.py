@@ -17,7 +17,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from .syntax import dotted
+from ._syntax import dotted
 
 FUTURE, STDLIB, THIRD_PARTY, FIRST_PARTY, LOCAL = range(5)
 

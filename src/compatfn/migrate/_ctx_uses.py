@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence, Set
 
 import libcst as cst
 
-from .syntax import dotted, source_of, walk
+from ._syntax import dotted, source_of, walk
 
 CTX_METHODS = {
     "save_for_backward",
@@ -115,9 +115,15 @@ def _describe_ctx_use(name: cst.Name, parents: List[cst.CSTNode]) -> str:
             "forward uses ctx inside a nested function; save in forward itself to let it through",
         ),
         (
-            (cst.With, cst.Try),
-            "forward uses ctx inside a with/try block; move the ctx calls after the block to "
+            (cst.Try, cst.TryStar),
+            "forward uses ctx inside a try block; move the ctx calls after the block to "
             "let it through",
+        ),
+        (
+            (cst.With,),
+            "forward uses ctx inside a with block other than grad mode, a device guard or "
+            "autocast (or in a way such a block cannot keep); move the ctx calls after the block "
+            "to let it through",
         ),
         (
             (cst.If,),

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .rules import DESCRIPTION, EXIT_STATUS, RULES
+from ._rules import DESCRIPTION, EXIT_STATUS, RULES
 
 
 def add_parser(sub: Any) -> None:
@@ -53,7 +53,7 @@ def add_parser(sub: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     """Run the parsed ``migrate`` command; exit status 2 with one line if LibCST is missing."""
     try:
-        from .command import run
+        from ._command import run
     except ModuleNotFoundError as error:
         if (error.name or "").split(".")[0] != "libcst":
             raise

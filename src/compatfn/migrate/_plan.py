@@ -7,9 +7,9 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from .analysis import ForwardAnalysis, body_statements
-from .chains import plan_super, super_call
-from .methods import (
+from ._analysis import ForwardAnalysis, body_statements
+from ._chains import plan_super, super_call
+from ._methods import (
     delegate,
     drop_first_params,
     forward_return,
@@ -19,8 +19,8 @@ from .methods import (
     tidy_first,
     with_kind,
 )
-from .names import Names
-from .syntax import (
+from ._names import Names
+from ._syntax import (
     Refused,
     decorator_name,
     dotted,

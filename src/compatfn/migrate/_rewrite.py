@@ -17,9 +17,9 @@ from typing import Dict, List, Union
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .imports import add_import
-from .plan import Plan, Planner, methods_of
-from .syntax import Refused
+from ._imports import add_import
+from ._plan import Plan, Planner, methods_of
+from ._syntax import Refused
 
 DEFAULT_DECORATOR = "compatfn:function"
 

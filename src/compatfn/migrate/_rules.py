@@ -3,7 +3,7 @@ they are here (a test checks the page). Imports nothing, so ``--help`` works wit
 
 Example::
 
-    from compatfn.migrate.rules import RULES
+    from compatfn.migrate._rules import RULES
     print(RULES)
 """
 
@@ -28,8 +28,13 @@ or from such a class in the same file) whose forward takes ctx:
     its own where needed); an if block that computes values and saves some of them is split:
     forward keeps the computation, setup_context the ctx statements under the same condition
     (on inputs); ctx attributes set inside such blocks become local variables of forward;
-    @torch.no_grad()/enable_grad() on forward stay; a backward without @staticmethod gets it;
-    an input returned as it is and saved is returned as x.view_as(x) (torch 2.x requires it);
+    in with blocks of grad mode (torch.no_grad/enable_grad/set_grad_enabled), device guards
+    (torch.cuda.device/device_of, torch.device) and autocast, ctx calls on plain names move to
+    setup_context, ctx attributes become local variables computed in the block, and a tail of
+    the block that evaluates only names (`if flag is None: y = out; ctx.save_for_backward(y)`)
+    moves after it; @torch.no_grad()/enable_grad() on forward stay; a backward without
+    @staticmethod gets it; an input returned as it is and saved is returned as x.view_as(x)
+    (torch 2.x requires it);
   - @compatfn.function and `import compatfn` are added (--decorator: your vendored copy), where
     isort and ruff put them.
 Fn.apply(...) callers need no change; comments, formatting, line endings, encoding and a
@@ -37,13 +42,14 @@ byte-order mark are kept; a second run changes nothing.
 
 Refused (left untouched, reported as `path:line: Class: reason` on stderr, with the change that
 would let it through): ctx attributes forward does not set read back, or ctx passed to a
-helper inside forward; ctx used in loops, with/try blocks, nested functions, or in an if block
-whose condition tests a value forward computes; early or bare returns next to ctx calls;
-keyword-only or **kwargs parameters; unknown forward decorators; super() calls other than
-`return super().forward(ctx, ...)` to a migrated class in the same file, and a backward that
-calls super(); a whole in-file class hierarchy when one of its classes is refused. Not seen:
-subclasses in other files (migrate them in the same run, or they keep calling the old
-forward(ctx, ...)).
+helper inside forward; ctx used in loops, try blocks, other with blocks, nested functions, or
+in an if block whose condition tests a value forward computes; a ctx call inside a with block
+given a computed value (name it first) or a name the block assigns again after the call; early
+or bare returns next to ctx calls; keyword-only or **kwargs parameters; unknown forward
+decorators; super() calls other than `return super().forward(ctx, ...)` to a migrated class in
+the same file, and a backward that calls super(); a whole in-file class hierarchy when one of
+its classes is refused. Not seen: subclasses in other files (migrate them in the same run, or
+they keep calling the old forward(ctx, ...)).
 """
 
 EXIT_STATUS = """\

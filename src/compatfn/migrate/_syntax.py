@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -41,16 +41,22 @@ def walk(node: cst.CSTNode, into_scopes: bool = False) -> Iterator[cst.CSTNode]:
 
 def loaded_names(node: cst.CSTNode) -> Set[str]:
     """Names an expression or statement reads (attribute names and keywords excluded)."""
+    return set(names_in_order(node))
+
+
+def names_in_order(node: cst.CSTNode) -> List[str]:
+    """:func:`loaded_names` in the order the source first reads them (what the codemod writes
+    must not depend on string hashing)."""
     skip: Set[int] = set()
-    names = set()
+    names: Dict[str, None] = {}
     for sub in walk(node, into_scopes=True):
         if isinstance(sub, cst.Attribute):
             skip.add(id(sub.attr))
         elif isinstance(sub, cst.Arg) and sub.keyword is not None:
             skip.add(id(sub.keyword))
         elif isinstance(sub, cst.Name) and id(sub) not in skip:
-            names.add(sub.value)
-    return names
+            names[sub.value] = None
+    return list(names)
 
 
 def collect_targets(target: cst.BaseExpression, out: Set[str], mutated: Set[str]) -> None:

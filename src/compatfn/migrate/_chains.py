@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Set
 
 import libcst as cst
 
-from .analysis import body_statements
-from .methods import (
+from ._analysis import body_statements
+from ._methods import (
     delegate,
     drop_first_params,
     setup_context_method,
     strip_ctx_decorators,
     with_kind,
 )
-from .syntax import (
+from ._syntax import (
     Refused,
     dotted,
     loaded_names,
@@ -32,7 +32,7 @@ from .syntax import (
 )
 
 if TYPE_CHECKING:
-    from .plan import Plan, Planner
+    from ._plan import Plan, Planner
 
 PURE_BUILTINS = {"dict", "tuple", "list", "int", "float", "bool", "str", "slice"}
 

@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Sequence
 
 import libcst as cst
 
-from .syntax import dotted, source_of
+from ._syntax import dotted, source_of
 
 CUDA_AMP = {"torch.cuda.amp", "torch.cuda.amp.autocast_mode"}
 TORCH_AMP = {"torch.amp", "torch.amp.autocast_mode"}

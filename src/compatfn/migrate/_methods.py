@@ -6,9 +6,9 @@ from typing import List, Sequence, Set, Tuple
 
 import libcst as cst
 
-from .analysis import Split
-from .names import Amp, Names, amp_decorator
-from .syntax import Refused, decorator_name, fresh_name, source_of, statement, tuple_target
+from ._analysis import Split
+from ._names import Amp, Names, amp_decorator
+from ._syntax import Refused, decorator_name, fresh_name, source_of, statement, tuple_target
 
 BLANK = cst.EmptyLine(indent=False)
 #: Decorators that set the grad mode forward runs in: kept on the new forward (setup_context

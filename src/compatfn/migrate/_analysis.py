@@ -8,8 +8,16 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
-from .branches import Localize, deferred_attributes, if_tests, split_if
-from .ctx_uses import (
+from ._branches import (
+    Localize,
+    deferred_attributes,
+    hoist_plain_tails,
+    if_tests,
+    is_plain,
+    split_if,
+    split_with,
+)
+from ._ctx_uses import (
     ReadBacks,
     ctx_call_names,
     ctx_misuse,
@@ -18,11 +26,12 @@ from .ctx_uses import (
     reads_attribute,
     value_expressions,
 )
-from .syntax import (
+from ._syntax import (
     Refused,
     bindings,
     fresh_name,
     loaded_names,
+    names_in_order,
     positional_params,
     star_param,
     statement,
@@ -87,7 +96,7 @@ class ForwardAnalysis:
         self.param_names = [p.name.value for p in self.params] + ([self.star] if self.star else [])
         self.readbacks = ReadBacks(self.ctx)
         self.grads = grads
-        self.body = body_statements(fn)
+        self.body = hoist_plain_tails(body_statements(fn), self.ctx)
         self.values = Values()
         self.taken = {self.ctx, *self.param_names}
         for stmt in self.body:
@@ -172,6 +181,11 @@ class ForwardAnalysis:
                 keep += self._place_split(index, stmt, parts[0], parts[2])
                 moved.append(parts[1])
                 continue
+            with_parts = split_with(stmt, self.ctx)
+            if with_parts is not None:
+                keep += self._place_with(index, stmt, *with_parts)
+                moved += with_parts[1]
+                continue
             misuse = ctx_misuse(stmt, self.ctx)
             if misuse:
                 raise Refused(misuse, stmt)
@@ -219,8 +233,9 @@ class ForwardAnalysis:
         snapshots: List[cst.BaseStatement] = []
         replacements: Dict[int, cst.BaseExpression] = {}
         for position, expr in enumerate(value_expressions(small)):
-            names = loaded_names(expr) - {self.ctx}
-            kinds = {name: self._classify(name, earlier, later_assigned) for name in names}
+            ordered = [name for name in names_in_order(expr) if name != self.ctx]
+            names = set(ordered)
+            kinds = {name: self._classify(name, earlier, later_assigned) for name in ordered}
             bare = isinstance(expr, cst.Name) or (
                 isinstance(expr, cst.StarredElement) and isinstance(expr.value, cst.Name)
             )
@@ -318,7 +333,7 @@ class ForwardAnalysis:
         earlier = self._earlier_assigned(index)
         inside = bindings(forward_if)[0]
         for test in if_tests(stmt):
-            for name in loaded_names(test) - {self.ctx}:
+            for name in sorted(loaded_names(test) - {self.ctx}):
                 kind = self._classify(name, earlier, later_assigned)
                 if kind == "intermediate" or name in later_mutated or name in inside:
                     raise Refused(
@@ -350,25 +365,64 @@ class ForwardAnalysis:
             forward_if = forward_if.with_changes(leading_lines=())
         return [*first, forward_if]
 
+    def _place_with(
+        self,
+        index: int,
+        stmt: cst.BaseStatement,
+        forward_with: cst.With,
+        moved: List[cst.BaseStatement],
+    ) -> List[cst.BaseStatement]:
+        """Classify what the ctx calls of a split ``with`` read (see NOTE: [neutral with blocks]);
+        forward's statement for it."""
+        assert isinstance(stmt, cst.With) and isinstance(stmt.body, cst.IndentedBlock)
+        later_assigned, _ = self._later(index)
+        earlier = self._earlier_assigned(index) | bindings(forward_with)[0]
+        self._check_order(list(stmt.body.body), stmt, "inside a with block", "block")
+        for ctx_stmt in moved:
+            assert isinstance(ctx_stmt, cst.SimpleStatementLine)
+            small = ctx_stmt.body[0]
+            if not all(is_plain(expr) for expr in value_expressions(small)):
+                raise Refused(
+                    "forward passes a computed value to a ctx call inside a with block; assign "
+                    "it to a name in the block and pass the name to let it through",
+                    ctx_stmt,
+                )
+            for name in sorted(loaded_names(ctx_stmt) - {self.ctx}):
+                kind = self._classify(name, earlier, later_assigned)
+                if kind == "intermediate" and name in later_assigned:
+                    raise Refused(
+                        f"forward saves {name} inside a with block and assigns it again after "
+                        "the block; save a copy (or save after the change) to let it through",
+                        stmt,
+                    )
+                self._record(name, kind)
+        return [forward_with]
+
     def _check_branch_order(self, stmt: cst.If) -> None:
         """Refuse a ctx statement whose values its branch assigns again after it."""
         node: Union[cst.If, cst.Else, None] = stmt
         while node is not None:
             body = list(getattr(node.body, "body", ()))
-            for position, inner in enumerate(body):
-                if not is_ctx_statement(inner, self.ctx):
-                    continue
-                after: Set[str] = set()
-                for later in body[position + 1 :]:
-                    after |= bindings(later)[0]
-                changed = (loaded_names(inner) - {self.ctx}) & after
-                if changed:
-                    raise Refused(
-                        f"forward saves {min(changed)} under a condition and assigns it again "
-                        "in the same branch; save after the last assignment to let it through",
-                        stmt,
-                    )
+            self._check_order(body, stmt, "under a condition", "branch")
             node = node.orelse if isinstance(node, cst.If) else None
+
+    def _check_order(
+        self, body: List[cst.BaseStatement], stmt: cst.BaseStatement, where: str, block: str
+    ) -> None:
+        """Refuse a ctx statement of ``body`` whose values ``body`` assigns again after it."""
+        for position, inner in enumerate(body):
+            if not is_ctx_statement(inner, self.ctx):
+                continue
+            after: Set[str] = set()
+            for later in body[position + 1 :]:
+                after |= bindings(later)[0]
+            changed = (loaded_names(inner) - {self.ctx}) & after
+            if changed:
+                raise Refused(
+                    f"forward saves {min(changed)} {where} and assigns it again in the same "
+                    f"{block}; save after the last assignment to let it through",
+                    stmt,
+                )
 
     def _snapshot_base(self, small: cst.BaseSmallStatement, position: int) -> str:
         if isinstance(small, (cst.Assign, cst.AnnAssign)):

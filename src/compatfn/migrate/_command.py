@@ -18,7 +18,7 @@ from typing import Any, Callable, List, Optional, Sequence, Union
 
 import libcst as cst
 
-from .rewrite import DEFAULT_DECORATOR, Result, migrate_source
+from ._rewrite import DEFAULT_DECORATOR, Result, migrate_source
 
 #: Stack and recursion depth for one file: LibCST recurses once per nesting level of an
 #: expression, and ``1 + 1 + ...`` with a few hundred terms exceeds Python's default limit.
