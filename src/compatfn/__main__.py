@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import compatfn
 from compatfn import _exports
-from compatfn.migrate import cli as migrate_cli
+from compatfn.migrate import _cli as migrate_cli
 
 HEADER = """\
 {about}

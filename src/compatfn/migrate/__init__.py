@@ -19,10 +19,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# The command line for ``compatfn.__main__`` (``from compatfn.migrate import cli``); it imports
-# neither LibCST nor torch. Internal, like every module here: only ``__all__`` is public.
-from . import _cli as cli  # noqa: F401
-
 if TYPE_CHECKING:
     from ._command import python_files, run
     from ._rewrite import Refusal, Result, migrate_source
