@@ -210,7 +210,7 @@ NUMPY_WARNING = "Failed to initialize NumPy"
 #: What ``compatfn.custom_op`` gives on each tier (``compatfn.library.TIER``; the docs' "Custom
 #: operators" page has the table).
 CUSTOM_OP_NOTES = {
-    "torch": "torch's own torch.library.custom_op",
+    "torch": "torch's own torch.library.custom_op, with a fast eager call",
     "registered": "a real operator under torch.ops.<namespace>.<name>, registered by compatfn",
     "function": "built on compatfn.function; no operator registration on this torch",
 }
