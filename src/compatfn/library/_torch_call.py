@@ -39,27 +39,27 @@ __all__ = ["FastCustomOpDef", "install_call", "op_class"]
 # and plain scalars in, tensors out, no aliasing or keyword-only parameters in its schema, the
 # function's defaults the schema's) takes a short path when every argument has the exact type the
 # schema wants (so nothing needs converting: anything else goes to the dispatcher, which converts it
-# or raises torch's own error), the tensors are plain (not meta, nested, or lazily conjugated or
-# negated views, which the dispatcher's fallbacks materialize first), and nothing needs the
-# dispatcher: dynamo tracing (first: under dynamo the call is the operator, one node; non-strict
-# torch.export runs under dispatch modes), dispatch modes (FakeTensorMode, FlopCounterMode,
-# TorchDispatchMode), torch.func transforms, forward-mode AD (``dual_level``), TorchFunctionModes,
-# the TorchScript tracer, a profiler (it records the op by name), autocast (where the op's autocast
-# rule runs), inference mode where torch's Autograd kernel always runs its Function
-# (``AUTOGRAD_KERNEL_ALWAYS_APPLIES``). The short path does what torch's kernels do: with an input
-# requiring grad (or always, where torch does) it runs a legacy autograd Function named as torch's
-# (``GeneratedBackwardFor_<ns>_<name>_default``) whose forward runs the kernel and the registered
-# setup_context and whose backward IS torch's (``torch_autograd_backward``: its checks and errors),
-# given the arguments torch's Autograd kernel gets (the dispatcher leaves out trailing arguments
-# equal to their defaults, and backward's ``ctx.needs_input_grad`` shows it); else the kernel alone,
-# whose outputs are then detached where they require grad (torch runs it below autograd: a captured
-# parameter is recorded nowhere). torch's aliasing rule: a single output sharing no storage with any
-# input passes at once; anything else is checked in full, and an output that breaks the rule, or is
-# not what the schema returns, makes the call go through the dispatcher again, so that torch itself
-# raises its own error (the kernel runs twice there: ops on this path do not mutate their inputs).
-# Every registration method that changes what the short path runs (register_kernel,
-# register_autograd) regenerates the call; a kernel registered under the operator's name without the
-# op object (``torch.library.impl``) is not seen by it.
+# or raises torch's own error), the tensors are plain (strided, not meta, nested, or lazily
+# conjugated or negated views, which the dispatcher's fallbacks materialize first), and nothing
+# needs the dispatcher: dynamo tracing (first: under dynamo the call is the operator, one node;
+# non-strict torch.export runs under dispatch modes), dispatch modes (FakeTensorMode,
+# FlopCounterMode, TorchDispatchMode), torch.func transforms, forward-mode AD (``dual_level``),
+# TorchFunctionModes, the TorchScript tracer, a profiler (it records the op by name), autocast
+# (where the op's autocast rule runs), inference mode where torch's Autograd kernel always runs its
+# Function (``AUTOGRAD_KERNEL_ALWAYS_APPLIES``). The short path does what torch's kernels do: with
+# an input requiring grad (or always, where torch does) it runs a legacy autograd Function named as
+# torch's (``GeneratedBackwardFor_<ns>_<name>_default``) whose forward runs the kernel and the
+# registered setup_context and whose backward IS torch's (``torch_autograd_backward``: its checks
+# and errors), given the arguments torch's Autograd kernel gets (the dispatcher leaves out trailing
+# arguments equal to their defaults, and backward's ``ctx.needs_input_grad`` shows it); else the
+# kernel alone, whose outputs are then detached where they require grad (torch runs it below
+# autograd: a captured parameter is recorded nowhere). torch's aliasing rule: a single output
+# sharing no storage with any input passes at once; anything else is checked in full, and an output
+# that breaks the rule, or is not what the schema returns, makes the call go through the dispatcher
+# again, so that torch itself raises its own error (the kernel runs twice there: ops on this path do
+# not mutate their inputs). Every registration method that changes what the short path runs
+# (register_kernel, register_autograd) regenerates the call; a kernel registered under the
+# operator's name without the op object (``torch.library.impl``) is not seen by it.
 
 _MISSING: Any = type("MissingArgument", (), {"__repr__": lambda self: "<missing>"})()
 _SCALARS = (int, float, bool, str, torch.dtype, torch.device)
@@ -182,11 +182,14 @@ def _short_path_lines(
     tensors = [n for n, kind in kinds if kind is None]
     test = [f"not ({' or '.join(_probes(g))})"]
     test.append("not ($args or $kwargs)")
-    # Tensors the dispatcher would hand to another kernel or fallback first: meta, nested, and
-    # lazily conjugated or negated views (the fallbacks materialize them for the kernel).
+    # Tensors the dispatcher would hand to another kernel or fallback first, or that torch's own
+    # checks treat apart: other layouts (sparse, mkldnn: torch 2.4-2.8 cannot read their
+    # storage), meta, nested, and lazily conjugated or negated views (the fallbacks materialize
+    # them for the kernel).
+    g["strided"] = torch.strided
     test += [
-        f"type({t}) is $Tensor and not ({t}.is_meta or {t}.is_nested or {t}.is_conj() "
-        f"or {t}.is_neg())"
+        f"type({t}) is $Tensor and {t}.layout is $strided and not ({t}.is_meta or {t}.is_nested "
+        f"or {t}.is_conj() or {t}.is_neg())"
         for t in tensors
     ]
     g["kernel"] = opdef._init_fn
