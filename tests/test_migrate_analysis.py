@@ -1,5 +1,6 @@
-"""compatfn.migrate._analysis: how one legacy forward splits. Each case is migrated and, where it
-is migrated, run: the migrated class gives the original's outputs and gradients."""
+"""compatfn.migrate._analysis (with _placement and _outputs): how one legacy forward splits.
+Each case is migrated and, where it is migrated, run: the migrated class gives the original's
+outputs and gradients."""
 
 from __future__ import annotations
 

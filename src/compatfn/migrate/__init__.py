@@ -2,7 +2,8 @@
 setup_context style, on LibCST (``pip install 'compatfn[migrate]'``).
 
 The steps, one module each: :mod:`._analysis` splits a forward into its ctx-free part and what
-setup_context runs; :mod:`._plan` decides what becomes of each class (or why it is refused);
+setup_context runs (with :mod:`._placement` for where each ctx statement goes and :mod:`._outputs`
+for what forward returns); :mod:`._plan` decides what becomes of each class (or why it is refused);
 :mod:`._rewrite` applies the plans (with :mod:`._imports` for the added import); :mod:`._command`
 and :mod:`._cli` are the command line. :mod:`._rules` states what is migrated and what is refused.
 This package imports LibCST only when one of the names below is used. Example::

@@ -1,0 +1,97 @@
+"""Outputs: how a split forward returns (one ``return``, at its end) and which of the values
+setup_context reads it gets from ``output`` rather than as intermediates."""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Set, Tuple
+
+import libcst as cst
+
+from ._ctx_uses import ctx_call_names
+from ._placement import Values
+from ._syntax import walk
+
+
+def returns(body: Sequence[cst.BaseStatement]) -> List[cst.Return]:
+    found = []
+    for stmt in body:
+        found += [n for n in walk(stmt) if isinstance(n, cst.Return)]
+    return found
+
+
+def ends_with(body: Sequence[cst.BaseStatement], ret: cst.Return) -> bool:
+    last = body[-1]
+    return isinstance(last, cst.SimpleStatementLine) and last.body[-1] is ret
+
+
+def outputs(
+    body: List[cst.BaseStatement], values: Values, grads: Optional[int]
+) -> Tuple[List[Optional[str]], Optional[int]]:
+    """Move intermediates that forward returns anyway to ``outputs``."""
+    last = body[-1] if body else None
+    ret = (
+        last.body[-1]
+        if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Return)
+        else None
+    )
+    if ret is None or ret.value is None:
+        return [], None
+    value = ret.value
+    if isinstance(value, cst.Tuple):
+        names: List[Optional[str]] = [
+            e.value.value if isinstance(e.value, cst.Name) else None for e in value.elements
+        ]
+        if any(isinstance(e, cst.StarredElement) for e in value.elements):
+            return [], None
+        count: Optional[int] = len(names)
+    else:
+        names = [value.value if isinstance(value, cst.Name) else None]
+        count = 1 if isinstance(value, cst.Name) or grads == 1 else None
+        if count is None:
+            names = []
+    for name in names:
+        if name is not None and name in values.intermediates:
+            values.intermediates.remove(name)
+            values.outputs.add(name)
+    return names, count
+
+
+def views_of_saved_inputs(
+    body: List[cst.BaseStatement],
+    output_names: Sequence[Optional[str]],
+    moved: Sequence[cst.BaseStatement],
+    assigned: Set[str],
+    ctx: str,
+    param_names: Sequence[str],
+) -> List[cst.BaseStatement]:
+    """forward's body returning ``x.view_as(x)`` for an input ``x`` it returns as it is and
+    saves (``assigned``: the names forward assigns): torch 2.x refuses to save such an output
+    with setup_context, and a legacy Function returned a view of it anyway (unless marked
+    dirty)."""
+    saved = ctx_call_names(moved, ctx, "save_for_backward")
+    dirty = ctx_call_names(moved, ctx, "mark_dirty")
+    views = {
+        name
+        for name in output_names
+        if name in param_names and name not in assigned and name in saved - dirty
+    }
+    if not views:
+        return body
+    last = body[-1]
+    assert isinstance(last, cst.SimpleStatementLine)
+    ret = last.body[-1]
+    assert isinstance(ret, cst.Return) and ret.value is not None
+
+    def view(expr: cst.BaseExpression) -> cst.BaseExpression:
+        if isinstance(expr, cst.Name) and expr.value in views:
+            return cst.parse_expression(f"{expr.value}.view_as({expr.value})")
+        return expr
+
+    value = ret.value
+    if isinstance(value, cst.Tuple):
+        elements = [e.with_changes(value=view(e.value)) for e in value.elements]
+        value = value.with_changes(elements=elements)
+    else:
+        value = view(value)
+    new_last = last.with_changes(body=[*last.body[:-1], ret.with_changes(value=value)])
+    return [*body[:-1], new_last]
