@@ -128,8 +128,6 @@ class ForwardAnalysis:
             misuse = ctx_misuse(stmt, self.ctx)
             if misuse:
                 raise Refused(misuse, stmt)
-            if self.cls is not None and self.cls in loaded_names(stmt):
-                pass  # handled by the caller (cls helper)
             keep.append(stmt)
         for attr, local in self.deferred.items():
             moved.append(statement(f"{self.ctx}.{attr} = {local}\n"))
