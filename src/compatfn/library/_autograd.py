@@ -9,7 +9,7 @@ import torch
 
 from compatfn.core import function, generated_function
 from compatfn.library._registration import below_autograd
-from compatfn.library._utils import unflatten
+from compatfn.library._utils import legacy_function_class, unflatten
 
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
@@ -95,15 +95,8 @@ def simple_function(op: CustomOp) -> Any:
         return user_backward(op, ctx, grads)
 
     forward = _legacy_kernel_forward(op)
-    name = f"CustomOp_{op._namespace}_{op._name}"
-    return type(
-        name,
-        (torch.autograd.Function,),
-        {
-            "forward": staticmethod(forward),
-            "backward": staticmethod(backward),
-            "__qualname__": name,
-        },
+    return legacy_function_class(
+        f"CustomOp_{op._namespace}_{op._name}", forward, backward, __name__
     )
 
 

@@ -25,7 +25,7 @@ from compatfn.library._facts import (
     tracing_state,
 )
 from compatfn.library._infer_schema import _resolve
-from compatfn.library._utils import aliases_any, distinct_storage_source
+from compatfn.library._utils import aliases_any, distinct_storage_source, legacy_function_class
 
 __all__ = ["FastCustomOpDef", "install_call", "op_class"]
 
@@ -140,16 +140,8 @@ def _autograd_class(opdef: Any, names: List[str], given: int, g: Dict[str, Any])
     )
     overload = opdef._opoverload
     name = f"GeneratedBackwardFor_{overload._namespace}_{overload._opname}_{overload._overloadname}"
-    return type(
-        name,
-        (torch.autograd.Function,),
-        {
-            "forward": staticmethod(forward),
-            "backward": torch_autograd_backward(opdef),
-            "__qualname__": name,
-            "__module__": __name__,
-        },
-    )
+    backward = torch_autograd_backward(opdef).__func__  # unwrapped from its staticmethod
+    return legacy_function_class(name, forward, backward, __name__)
 
 
 def _probes(g: Dict[str, Any]) -> List[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import keyword
 import re
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -173,3 +173,18 @@ def distinct_storage_source(out: str, tensors: Sequence[str], names: Dict[str, s
     tests = [f"not {out}.storage_offset()"]
     tests += [f"not {t}.storage_offset() and {out}.data_ptr() != {t}.data_ptr()" for t in tensors]
     return " and ".join(tests)
+
+
+def legacy_function_class(name: str, forward: Callable, backward: Callable, module: str) -> Any:
+    """A legacy ``torch.autograd.Function`` named ``name`` (its autograd node is ``<name>Backward``)
+    from a ``forward(ctx, ...)`` and a ``backward(ctx, *grads)``, as a hand-written one would be."""
+    return type(
+        name,
+        (torch.autograd.Function,),
+        {
+            "forward": staticmethod(forward),
+            "backward": staticmethod(backward),
+            "__qualname__": name,
+            "__module__": module,
+        },
+    )
