@@ -153,7 +153,7 @@ def torch_autograd_backward(opdef: Any) -> Callable:
     )
     cells = dict(zip(kernel.__code__.co_freevars, kernel.__closure__ or ()))
     generated = cells["Generated"].cell_contents
-    return generated.__dict__["backward"]
+    return generated.__dict__["backward"].__func__  # the function its staticmethod holds
 
 
 #: ``torch.autograd.profiler``, whose ``_is_profiler_enabled`` is True while a profiler collects

@@ -140,8 +140,7 @@ def _autograd_class(opdef: Any, names: List[str], given: int, g: Dict[str, Any])
     )
     overload = opdef._opoverload
     name = f"GeneratedBackwardFor_{overload._namespace}_{overload._opname}_{overload._overloadname}"
-    backward = torch_autograd_backward(opdef).__func__  # unwrapped from its staticmethod
-    return legacy_function_class(name, forward, backward, __name__)
+    return legacy_function_class(name, forward, torch_autograd_backward(opdef), __name__)
 
 
 def _probes(g: Dict[str, Any]) -> List[str]:
