@@ -838,7 +838,10 @@ def generated_function(template: str, globals_: Dict[str, Any], taken: set, file
 
 
 def _legacy_forward(
-    forward: Callable, setup_context: Optional[Callable], finish: Any = None
+    forward: Callable,
+    setup_context: Optional[Callable],
+    finish: Any = None,
+    intermediates: Optional[Tuple[int, Callable]] = None,
 ) -> Callable:
     """``forward(ctx, <forward's own parameters>)``: runs ``forward``, then ``setup_context``
     (where given).
@@ -846,13 +849,24 @@ def _legacy_forward(
     Generated with forward's real parameter names and defaults, not ``(ctx, *args)``, so that
     dynamo (torch >= 2.13) can bind keyword arguments to it as it does for a hand-written legacy
     Function. ``finish(ctx, output)``, where given, turns the output into what torch receives.
+    ``intermediates=(k, error)``: forward's output must be a tuple of more than ``k`` items
+    (else ``error(output)`` is raised); setup_context sees it all, ``finish`` and torch only the
+    public part. Written inline, so that ``intermediates=`` adds no frame per call.
     """
     signature = inspect.signature(forward)
     params = list(signature.parameters.values())
     taken = {p.name for p in params}
-    ctx, user_forward, user_setup_context, output, finisher, adapter = (
+    ctx, user_forward, user_setup_context, output, finisher, adapter, error = (
         _fresh_name(base, taken)
-        for base in ("ctx", "forward", "setup_context", "output", "finish", "legacy_forward")
+        for base in (
+            "ctx",
+            "forward",
+            "setup_context",
+            "output",
+            "finish",
+            "legacy_forward",
+            "error",
+        )
     )
     header, names = [ctx], []
     last_posonly = max((i for i, p in enumerate(params) if p.kind is p.POSITIONAL_ONLY), default=-1)
@@ -865,8 +879,16 @@ def _legacy_forward(
     call, inputs = ", ".join(names), ("(" + ", ".join(names) + ",)") if names else "()"
     tensor = _fresh_name("Tensor", taken)
     source = f"def {adapter}({', '.join(header)}):\n    {output} = {user_forward}({call})\n"
+    if intermediates is not None:
+        k = intermediates[0]
+        source += (
+            f"    if not isinstance({output}, tuple) or len({output}) <= {k}:\n"
+            f"        raise {error}({output})\n"
+        )
     if setup_context is not None:
         source += f"    {user_setup_context}({ctx}, {inputs}, {output})\n"
+    if intermediates is not None:
+        source += f"    {output} = {output}[0] if len({output}) == {k + 1} else {output}[:-{k}]\n"
     if finish is not None:  # one tensor, the usual output, needs no call
         source += f"    if isinstance({output}, {tensor}):\n        return {output}\n"
         source += f"    return {finisher}({ctx}, {output})\n"
@@ -877,6 +899,7 @@ def _legacy_forward(
         user_setup_context: setup_context,
         finisher: finish,
         tensor: torch.Tensor,
+        error: intermediates[1] if intermediates is not None else None,
     }
     what = f"{getattr(forward, '__qualname__', 'forward')}: the legacy form @function generated"
     legacy: Any = functools.update_wrapper(_generated(source, what, namespace, adapter), forward)
@@ -887,13 +910,18 @@ def _legacy_forward(
     return legacy
 
 
-def _legacy_form(forward: Callable, setup_context: Callable, finish: Any = None) -> Dict[str, Any]:
+def _legacy_form(
+    forward: Callable,
+    setup_context: Callable,
+    finish: Any = None,
+    intermediates: Optional[Tuple[int, Callable]] = None,
+) -> Dict[str, Any]:
     """The class attributes that turn a setup_context-style class into the legacy form.
 
     ``setup_context`` is torch's own again, so torch (>= 2.0) passes ctx to forward.
     """
     attributes: Dict[str, Any] = {
-        "forward": staticmethod(_legacy_forward(forward, setup_context, finish))
+        "forward": staticmethod(_legacy_forward(forward, setup_context, finish, intermediates))
     }
     if _BASE_SETUP_CONTEXT is not None:  # torch >= 2.0
         attributes["setup_context"] = _BASE_SETUP_CONTEXT
@@ -1001,24 +1029,33 @@ def _public_outputs(output: tuple, k: int) -> Any:
     return output[0] if len(output) == k + 1 else output[:-k]
 
 
-def _checked_output(cls: type, setup_context: Callable, k: int, mark: bool) -> Callable:
-    """setup_context that first checks that forward's output holds ``k`` intermediates (and,
-    with ``mark``, marks the tensor ones non-differentiable)."""
+def _intermediates_error(cls: type, k: int) -> Callable[[Any], TypeError]:
+    """The error for a forward output that does not hold ``k`` intermediates."""
     name = cls.__qualname__
+
+    def error(output: Any) -> TypeError:
+        got = f"{len(output)} outputs" if isinstance(output, tuple) else type(output).__name__
+        return TypeError(
+            f"{name}.forward returned {got}, but the class is decorated with "
+            f"intermediates={k}: return a tuple of the public outputs (at least one) followed "
+            f"by {k} intermediate(s), or change intermediates=."
+        )
+
+    return error
+
+
+def _checked_marking_output(cls: type, setup_context: Callable, k: int) -> Callable:
+    """setup_context (of the torch.func copy) that first checks that forward's output holds
+    ``k`` intermediates and marks the tensor ones non-differentiable."""
+    error = _intermediates_error(cls, k)
 
     @functools.wraps(setup_context)
     def checked(ctx: Any, inputs: tuple, output: Any) -> Any:
         if not isinstance(output, tuple) or len(output) <= k:
-            got = f"{len(output)} outputs" if isinstance(output, tuple) else type(output).__name__
-            raise TypeError(
-                f"{name}.forward returned {got}, but the class is decorated with "
-                f"intermediates={k}: return a tuple of the public outputs (at least one) followed "
-                f"by {k} intermediate(s), or change intermediates=."
-            )
-        if mark:
-            tensors = [o for o in output[-k:] if isinstance(o, torch.Tensor)]
-            if tensors:
-                ctx.mark_non_differentiable(*tensors)
+            raise error(output)
+        tensors = [o for o in output[-k:] if isinstance(o, torch.Tensor)]
+        if tensors:
+            ctx.mark_non_differentiable(*tensors)
         return setup_context(ctx, inputs, output)
 
     return checked
@@ -1042,7 +1079,7 @@ def _func_copy(cls: type, forward: Callable, setup_context: Callable, backward: 
 
     namespace: Dict[str, Any] = {
         "forward": staticmethod(forward),
-        "setup_context": staticmethod(_checked_output(cls, setup_context, k, mark=True)),
+        "setup_context": staticmethod(_checked_marking_output(cls, setup_context, k)),
         "backward": staticmethod(drop_intermediate_gradients),
     }
     if HAS_VJP_ALIAS:
@@ -1537,24 +1574,12 @@ def _transform_setup_context_class(cls: Any, record: _Decoration, forward: Calla
             "setup_context": staticmethod(setup_context),
         }
     finish = _tensors_for_torch if expand else None
-    if k:
-        setup_context = _checked_output(cls, setup_context, k, mark=False)
-        finish = _public_finisher(k, finish)
-    for key, value in _legacy_form(forward, setup_context, finish).items():
+    checked = (k, _intermediates_error(cls, k)) if k else None
+    for key, value in _legacy_form(forward, setup_context, finish, checked).items():
         _set(cls, record, key, value)
     if not CTX_HAS_SAVE_FOR_FORWARD:
         record.originals.setdefault("jvp", cls.__dict__.get("jvp", _MISSING))
         _accept_save_for_forward(cls)
-
-
-def _public_finisher(k: int, then: Optional[Callable]) -> Callable:
-    """The legacy form's ``finish`` for intermediates: the public outputs, then ``then``."""
-
-    def finish(ctx: Any, output: tuple) -> Any:
-        public = _public_outputs(output, k)
-        return public if then is None else then(ctx, public)
-
-    return finish
 
 
 # NOTE: [TorchScript]
