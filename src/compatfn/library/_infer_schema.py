@@ -10,6 +10,7 @@ import typing
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import torch
+import torch.types
 
 from compatfn.library._facts import SCALAR_TYPE_NUMBERS, int_type, parser_reads_dtype_names
 
@@ -25,6 +26,7 @@ _SCALARS: Dict[Any, Tuple[str, bool]] = {
     str: ("str", False),
     torch.dtype: ("ScalarType", False),
     torch.device: ("Device", False),
+    torch.types.Number: ("Scalar", True),  # typing.Union[int, float, bool] (complex on 2.x)
 }
 _SEQUENCES = (list, collections.abc.Sequence, typing.List, typing.Sequence)
 
@@ -43,9 +45,10 @@ def _resolve(annotation: Any, fn: Callable) -> Any:
 def _optional_of(annotation: Any) -> Any:
     """``X`` for ``Optional[X]``, else ``None``."""
     if typing.get_origin(annotation) is Union:
-        args = [a for a in typing.get_args(annotation) if a is not _NoneType]
-        if len(args) == 1 and len(typing.get_args(annotation)) == 2:
-            return args[0]
+        args = tuple(a for a in typing.get_args(annotation) if a is not _NoneType)
+        if len(args) == len(typing.get_args(annotation)) - 1:  # None was one of them
+            # ``Optional[Number]`` is one flat Union: take ``Number`` back out of it.
+            return args[0] if len(args) == 1 else Union[args]
     return None
 
 
@@ -78,7 +81,7 @@ def _return_type(annotation: Any, error: Callable[[str], Exception]) -> str:
         parts = [_return_type(a, error) for a in typing.get_args(annotation)]
         return "(" + ", ".join(parts) + ")"
     if (
-        annotation in (torch.Tensor, int, float, bool)
+        annotation in (torch.Tensor, int, float, bool, torch.types.Number)
         or typing.get_origin(annotation) in _SEQUENCES
     ):
         found = _schema_type(annotation)
@@ -132,8 +135,9 @@ def infer_schema(fn: Callable, mutates_args: Union[str, Iterable[str]]) -> str:
         if schema_type is None:
             raise error(
                 f"Parameter {name} has unsupported type {param.annotation}. The valid types "
-                "are: Tensor, int, float, bool, str, torch.dtype, torch.device, their Optional "
-                "forms, and Sequence/List of Tensor, Optional[Tensor], int, float, bool."
+                "are: Tensor, int, float, bool, str, torch.dtype, torch.device, "
+                "torch.types.Number, their Optional forms, and Sequence/List of Tensor, "
+                "Optional[Tensor], int, float, bool, torch.types.Number."
             )
         if (unknown and schema_type.startswith("Tensor")) or name in mutated:
             if not schema_type.startswith("Tensor"):
