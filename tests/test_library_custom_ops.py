@@ -420,3 +420,62 @@ def test_register_autocast(tier):
     assert seen == [torch.float64] and out.dtype == torch.float64
     out = autocast_me(torch.ones(2))
     assert seen[-1] == torch.float32 and out.dtype == torch.float32
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_given_schema_is_checked_at_definition(tier):
+    """torch's errors (torch 1.8-2.3 before: "substring not found", or an op whose schema
+    mutates what ``mutates_args`` does not name)."""
+
+    def f(x, y):
+        x.add_(y)
+
+    with pytest.raises(RuntimeError, match="expected \\) but found 'arrow'"):
+        make(tier, "bad", schema="(Tensor x -> Tensor")(f)
+    with pytest.raises(ValueError, match="The schema suggests that the op mutates {'x'}"):
+        make(tier, "undeclared", schema="(Tensor(a!) x, Tensor y) -> ()")(f)
+    op = make(tier, "declared", mutates_args={"x"}, schema="(Tensor(a!) x, Tensor y) -> ()")(f)
+    x = torch.zeros(2)
+    op(x, torch.ones(2))
+    assert x.tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_an_unknown_device_type_is_refused(tier):
+    """torch's own error for "gpu" (torch 1.13-2.3 before: "could not parse dispatch key")."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    with pytest.raises(RuntimeError, match="Expected one of cpu, cuda"):
+        make(tier, "gpu", device_types="gpu")(f)
+    op = make(tier, "dev")(f)
+    with pytest.raises(RuntimeError, match="Expected one of cpu, cuda"):
+        op.register_kernel("gpu", f)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_set_kernel_enabled(tier):
+    """Inside the block the function the op was made from runs, as in torch (compatfn's tiers
+    before: no such method)."""
+
+    @make(tier, "switch")
+    def op(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    op.register_kernel("cpu", lambda x: x * 3)
+    with op.set_kernel_enabled("cpu", False):
+        assert op(torch.ones(1)).item() == 2.0
+    assert op(torch.ones(1)).item() == 3.0
+
+
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "torch"])
+def test_register_torch_dispatch_is_refused_before_torch_2_5(tier):
+    """An error naming the op (before: AttributeError)."""
+
+    @make(tier, "td")
+    def op(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    with pytest.raises(NotImplementedError, match="register_torch_dispatch needs torch >= 2.5"):
+        op.register_torch_dispatch(object, lambda *args: None)

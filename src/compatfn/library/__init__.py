@@ -147,12 +147,18 @@ def _op_named(qualname: str) -> CustomOp:
     """The op compatfn's tiers defined as ``qualname``; torch's error for an unknown one."""
     parse_qualname(qualname)
     op = OPS.get(qualname)
-    if op is None:
-        raise ValueError(
-            f"{qualname}: no operator of that name was defined with compatfn.custom_op on torch "
-            f"{torch.__version__} (ops defined otherwise need torch.library on torch >= 2.4)"
+    if op is None:  # torch's error type and first words
+        raise RuntimeError(
+            f"operator {qualname} does not exist: no operator of that name was defined with "
+            f"compatfn.custom_op on torch {torch.__version__} (ops defined otherwise need "
+            "torch.library on torch >= 2.4)"
         )
     return op
+
+
+def _is_torch_operator(op: Any) -> bool:
+    """An ``OpOverload`` (``torch.ops.ns.op.default``): torch's functions take it on 2.4+."""
+    return HAS_TORCH_CUSTOM_OP and isinstance(op, torch._ops.OpOverload)
 
 
 def _by_name(method: str, qualname: str, *args: Any, **kwargs: Any) -> Any:
@@ -172,6 +178,8 @@ def register_kernel(
 
     Example: ``register_kernel("mylib::scaled_sin", "cpu", lambda x, scale=1.0: x.sin())``.
     """
+    if _is_torch_operator(op):
+        return torch.library.register_kernel(op, device_types, func)  # type: ignore[attr-defined]
     if not isinstance(op, str):
         return op.register_kernel(device_types, func) if func else op.register_kernel(device_types)
     extra = () if func is None else (func,)
@@ -184,6 +192,8 @@ def register_fake(op: Union[str, Any], func: Optional[Callable] = None, /) -> An
     Example: ``register_fake("mylib::scaled_sin", lambda x, scale=1.0: torch.empty_like(x))``.
     """
     if not isinstance(op, str):
+        if _is_torch_operator(op):
+            return torch.library.register_fake(op, func)  # type: ignore[attr-defined]
         return op.register_fake if func is None else op.register_fake(func)
     if op not in OPS and HAS_TORCH_CUSTOM_OP:
         return torch.library.register_fake(op, func)  # type: ignore[attr-defined]
@@ -198,6 +208,10 @@ def register_autograd(
 
     Example: ``register_autograd("mylib::scaled_sin", backward, setup_context=setup_context)``.
     """
+    if _is_torch_operator(op):
+        return torch.library.register_autograd(  # type: ignore[attr-defined]
+            op, backward, setup_context=setup_context
+        )
     if not isinstance(op, str):
         return op.register_autograd(backward, setup_context=setup_context)
     return _by_name("register_autograd", op, backward, setup_context=setup_context)

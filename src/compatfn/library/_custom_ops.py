@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -12,7 +13,7 @@ from compatfn.library._autograd import Call, autograd_function
 from compatfn.library._convert import conversions
 from compatfn.library._facts import DISPATCHER_PROBES, HAS_DEVICE_AUTOCAST
 from compatfn.library._fast_call import generated_call
-from compatfn.library._infer_schema import _resolve, infer_schema
+from compatfn.library._infer_schema import _resolve, check_given_schema, infer_schema
 from compatfn.library._utils import (
     aliases_any,
     bump_version,
@@ -69,8 +70,11 @@ class CustomOp:
         tags: Sequence[Any] = (),
     ) -> None:
         self._namespace, self._name, self._overload = parse_qualname(qualname)
+        _check_device_types(device_types)
         self._full_name = f"{self._name}.{self._overload}" if self._overload else self._name
         self._qualname = qualname
+        if schema is not None:
+            check_given_schema(self._full_name, schema, mutates_args)
         self._schema = schema if schema is not None else infer_schema(fn, mutates_args)
         self._signature = inspect.signature(fn)
         params = list(self._signature.parameters.values())
@@ -83,6 +87,7 @@ class CustomOp:
         self._backward: Optional[Callable] = None
         self._setup_context: Optional[Callable] = None
         self._autocast: Dict[str, torch.dtype] = {}
+        self._disabled_kernels: set = set()
         self._tags = tuple(tags)
         self.__name__ = self.__qualname__ = self._name
         self.__doc__ = fn.__doc__
@@ -226,6 +231,8 @@ class CustomOp:
         if device == "meta":
             return self._meta_kernel_for()
         kernel = self._kernels.get(device, self._kernels.get(None))
+        if device in self._disabled_kernels and device in self._kernels:
+            return self.__wrapped__  # as torch: the function the op was made from
         if kernel is None:
             have = ", ".join(sorted(str(k) for k in self._kernels)) or "none"
             raise NotImplementedError(
@@ -308,6 +315,8 @@ class CustomOp:
                 return x.sin()
         """
 
+        _check_device_types(device_types_tuple(device_types))
+
         def register(kernel: Callable) -> Callable:
             for device in device_types_tuple(device_types) or (None,):  # None: every device
                 self._kernels[device] = kernel
@@ -317,6 +326,41 @@ class CustomOp:
             return kernel
 
         return register if fn is None else register(fn)
+
+    @contextlib.contextmanager
+    def set_kernel_enabled(self, device_type: str, enabled: bool = True) -> Iterator[None]:
+        """Disable (or enable again) the kernel registered for ``device_type`` inside the
+        ``with`` block: the function the op was made from runs instead, as in torch.
+
+        Example::
+
+            with mysin.set_kernel_enabled("cpu", False):
+                mysin(torch.ones(2))  # the original function, not the "cpu" kernel
+        """
+        was_disabled = device_type in self._disabled_kernels
+        if enabled:
+            self._disabled_kernels.discard(device_type)
+        else:
+            self._disabled_kernels.add(device_type)
+        try:
+            yield
+        finally:
+            if was_disabled:
+                self._disabled_kernels.add(device_type)
+            else:
+                self._disabled_kernels.discard(device_type)
+
+    def register_torch_dispatch(
+        self, torch_dispatch_class: Any, fn: Optional[Callable] = None, /
+    ) -> Callable:
+        """A rule for a ``TorchDispatchMode`` or tensor subclass (torch >= 2.5). Older torch
+        cannot hand a custom operator to such a rule: this raises ``NotImplementedError``."""
+        raise NotImplementedError(
+            f"{self._qualname}: register_torch_dispatch needs torch >= 2.5 "
+            f"(torch.library.register_torch_dispatch); torch {torch.__version__} cannot route a "
+            "custom operator to a rule of a TorchDispatchMode or tensor subclass. Handle the op "
+            "in the mode's own __torch_dispatch__ instead."
+        )
 
     def register_fake(self, fn: Callable, /) -> Callable:
         """Shapes, dtypes and devices of the outputs, for FakeTensor/``meta`` inputs.
@@ -371,6 +415,7 @@ class CustomOp:
 
         Example: ``mysin.register_autocast("cuda", torch.float16)``.
         """
+        _check_device_types((device_type,))
         if device_type not in ("cpu", "cuda"):
             raise ValueError(
                 f"{self._qualname}: register_autocast supports device_type 'cpu' or 'cuda' on "
@@ -378,6 +423,13 @@ class CustomOp:
             )
         self._autocast[device_type] = cast_inputs
         self._regenerate_call()
+
+
+def _check_device_types(device_types: Optional[Tuple[str, ...]]) -> None:
+    """torch's error for a device type it does not know ("gpu"), as torch 2.4+ at definition."""
+    for device_type in device_types or ():
+        if device_type != "meta":  # torch 1.8 has no meta device; its fake kernels never run
+            torch.device(device_type)
 
 
 def _autocast_off(device_type: str) -> Any:

@@ -14,7 +14,7 @@ import torch.types
 
 from compatfn.library._facts import SCALAR_TYPE_NUMBERS, int_type, parser_reads_dtype_names
 
-__all__ = ["infer_schema", "schema_for_this_torch"]
+__all__ = ["check_given_schema", "infer_schema", "schema_for_this_torch"]
 
 _NoneType = type(None)
 #: Python type -> schema type, and whether lists of it are allowed.
@@ -177,3 +177,18 @@ def schema_for_this_torch(schema: str) -> str:
         return match.group(0) if code is None else f"{match.group(1)}={code}"
 
     return re.sub(r"(ScalarType\?? \w+)=(\w+)", number, schema)
+
+
+def check_given_schema(name: str, schema: str, mutates_args: Union[str, Iterable[str]]) -> None:
+    """torch's errors for a ``schema=`` its parser refuses, or whose mutated arguments
+    (``Tensor(a!)``) are not ``mutates_args``, at definition (before anything is registered)."""
+    torch._C.parse_schema(name + schema_for_this_torch(schema))  # torch's error if it cannot
+    # torch 1.13's Argument has no alias_info: the written arguments read from the text.
+    expected = set(re.findall(r"Tensor\([^)]*!\)\S* (\w+)", schema.rsplit("->", 1)[0]))
+    if expected != set(mutates_args):
+        raise ValueError(
+            f"Attempted to create a custom op with `mutates_args={mutates_args}` "
+            f"and `schema={schema}. The schema suggests that the op mutates {expected}"
+            "which is different from what was provided to us in `mutates_args`. "
+            "Please make these consistent."
+        )
