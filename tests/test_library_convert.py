@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 import torch
+from torch.types import Number
 
 from library_support import TIERS, make
 
@@ -71,8 +72,6 @@ def test_numbers_dtypes_and_tensor_lists_convert_as_the_dispatcher_does(tier):
     """As torch 2.15's own op: a ``torch.types.Number`` parameter (torch 1.8-2.3 before: refused
     at definition), a one-element tensor for a float or int, an int for a dtype (refused before)
     and a tuple for a tensor list (passed as a tuple before)."""
-    from torch.types import Number
-
     seen: Dict[str, Any] = {}
 
     @make(tier, "numbers")

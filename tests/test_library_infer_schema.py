@@ -6,6 +6,7 @@ from typing import Optional, Sequence
 
 import pytest
 import torch
+from torch.types import Number
 
 from compatfn import library
 from compatfn.library import _facts
@@ -53,8 +54,6 @@ def test_inferred_schema_matches_torch():
 def test_number_is_a_scalar():
     """``torch.types.Number`` is ``Scalar``, as torch's infer_schema (torch 1.8-2.3 before:
     "unsupported type")."""
-    from torch.types import Number
-
     def f(x: torch.Tensor, n: Number, m: Optional[Number] = None, k: Number = 2) -> Number:
         return 1
 
