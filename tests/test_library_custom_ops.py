@@ -430,9 +430,9 @@ def test_a_given_schema_is_checked_at_definition(tier):
     def f(x, y):
         x.add_(y)
 
-    with pytest.raises(RuntimeError, match="expected \\) but found 'arrow'"):
+    with pytest.raises(RuntimeError, match=r"expected \) but found 'arrow'"):
         make(tier, "bad", schema="(Tensor x -> Tensor")(f)
-    with pytest.raises(ValueError, match="The schema suggests that the op mutates {'x'}"):
+    with pytest.raises(ValueError, match=r"The schema suggests that the op mutates \{'x'\}"):
         make(tier, "undeclared", schema="(Tensor(a!) x, Tensor y) -> ()")(f)
     op = make(tier, "declared", mutates_args={"x"}, schema="(Tensor(a!) x, Tensor y) -> ()")(f)
     x = torch.zeros(2)
@@ -477,5 +477,5 @@ def test_register_torch_dispatch_is_refused_before_torch_2_5(tier):
     def op(x: torch.Tensor) -> torch.Tensor:
         return x * 2
 
-    with pytest.raises(NotImplementedError, match="register_torch_dispatch needs torch >= 2.5"):
+    with pytest.raises(NotImplementedError, match=r"register_torch_dispatch needs torch >= 2\.5"):
         op.register_torch_dispatch(object, lambda *args: None)

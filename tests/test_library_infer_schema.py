@@ -54,6 +54,7 @@ def test_inferred_schema_matches_torch():
 def test_number_is_a_scalar():
     """``torch.types.Number`` is ``Scalar``, as torch's infer_schema (torch 1.8-2.3 before:
     "unsupported type")."""
+
     def f(x: torch.Tensor, n: Number, m: Optional[Number] = None, k: Number = 2) -> Number:
         return 1
 
