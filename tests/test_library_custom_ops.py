@@ -106,6 +106,28 @@ def test_tuple_outputs_with_gradients(tier):
 
 
 @pytest.mark.parametrize("tier", TIERS)
+def test_a_list_output_with_gradients(tier):
+    """``-> List[Tensor]``: setup_context gets the list, backward one list of gradients, as in
+    torch (compatfn's tiers before: the outputs had no grad_fn)."""
+
+    @make(tier, "listed")
+    def listed(x: torch.Tensor) -> List[torch.Tensor]:
+        return [x * 2, x * 3]
+
+    def setup_context(ctx, inputs, output):
+        assert type(output) is list
+
+    listed.register_autograd(
+        lambda ctx, grads: 2 * grads[0] + 3 * grads[1], setup_context=setup_context
+    )
+    x = torch.randn(3, requires_grad=True)
+    out = listed(x)
+    assert type(out) is list and all(o.grad_fn is not None for o in out)
+    (out[0] + out[1]).sum().backward()
+    assert torch.equal(x.grad, torch.full((3,), 5.0))
+
+
+@pytest.mark.parametrize("tier", TIERS)
 def test_calls_bind_like_the_function(tier):
     """Keywords, defaults and wrong calls behave as calling the decorated function would."""
 

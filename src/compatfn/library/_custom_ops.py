@@ -82,6 +82,7 @@ class CustomOp:
         self._keyword_only = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
         self._mutated = self._mutated_positions(mutates_args)
         self._conversions = conversions(qualname, self._schema)
+        self._returns_list = self._schema.endswith("-> Tensor[]")
         self._kernels: Dict[Optional[str], Callable] = dict.fromkeys(device_types or (None,), fn)
         self._fake: Optional[Callable] = None
         self._backward: Optional[Callable] = None
@@ -196,7 +197,8 @@ class CustomOp:
             return self._call_autocast(inputs, keyword_only, autocast)
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors_in(inputs)):
             flat, layout = flatten(inputs)
-            return fn.apply(Call(layout, keyword_only), *flat)
+            output = fn.apply(Call(layout, keyword_only), *flat)
+            return list(output) if self._returns_list else output
         if fn is self._eager_fn:
             return self._run_kernel(inputs, keyword_only)
         return _registration.below_autograd(self._opoverload, inputs, keyword_only)
