@@ -501,3 +501,22 @@ def test_register_torch_dispatch_is_refused_before_torch_2_5(tier):
 
     with pytest.raises(NotImplementedError, match=r"register_torch_dispatch needs torch >= 2\.5"):
         op.register_torch_dispatch(object, lambda *args: None)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_no_graph_from_a_captured_parameter(tier):
+    """No input requires grad: the kernel runs below autograd in torch, so a parameter it
+    captures records no graph (compatfn's tiers before: the output required grad)."""
+    weight = torch.nn.Parameter(torch.ones(2))
+
+    @make(tier, "captures")
+    def captures(x: torch.Tensor) -> torch.Tensor:
+        return x * weight
+
+    @make(tier, "captures_two")
+    def captures_two(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return x * weight, x + weight
+
+    out = captures(torch.ones(2))
+    assert not out.requires_grad and out.grad_fn is None
+    assert not any(o.requires_grad for o in captures_two(torch.ones(2)))

@@ -199,8 +199,8 @@ class CustomOp:
             flat, layout = flatten(inputs)
             output = fn.apply(Call(layout, keyword_only), *flat)
             return list(output) if self._returns_list else output
-        if fn is self._eager_fn:
-            return self._run_kernel(inputs, keyword_only)
+        if fn is self._eager_fn:  # as below torch's autograd kernel: no graph recorded
+            return self._detached(self._run_kernel(inputs, keyword_only))
         return _registration.below_autograd(self._opoverload, inputs, keyword_only)
 
     def _autocast_dtype(self) -> Optional[torch.dtype]:
@@ -265,6 +265,18 @@ class CustomOp:
             for t, version in zip(mutated, versions):
                 if t._version == version:  # mutated outside torch (NumPy): tell autograd
                     bump_version(t)
+        return output
+
+    @staticmethod
+    def _detached(output: Any) -> Any:
+        """``output`` with no tensor requiring grad: as below torch's autograd kernel, what a
+        kernel captured (a parameter) records no graph."""
+        if isinstance(output, torch.Tensor):
+            return output.detach() if output.requires_grad else output
+        if isinstance(output, (tuple, list)) and any(
+            isinstance(o, torch.Tensor) and o.requires_grad for o in output
+        ):
+            return type(output)(CustomOp._detached(o) for o in output)
         return output
 
     def _check_no_alias(self, inputs: tuple, output: Any) -> None:
