@@ -423,28 +423,6 @@ def test_register_vmap(tier):
 
 
 @pytest.mark.parametrize("tier", TIERS)
-def test_register_autocast(tier):
-    """Under CPU autocast the op's floating inputs are cast to the registered dtype."""
-    if not hasattr(torch, "is_autocast_cpu_enabled"):
-        pytest.skip(f"torch {torch.__version__} has no CPU autocast (control: torch itself)")
-    seen: List[torch.dtype] = []
-
-    @make(tier, "autocast_me")
-    def autocast_me(x: torch.Tensor) -> torch.Tensor:
-        seen.append(x.dtype)
-        return x * 2
-
-    if not hasattr(autocast_me, "register_autocast"):
-        pytest.skip(f"torch {torch.__version__}'s CustomOpDef has no register_autocast (2.5+)")
-    autocast_me.register_autocast("cpu", torch.float64)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = autocast_me(torch.ones(2))
-    assert seen == [torch.float64] and out.dtype == torch.float64
-    out = autocast_me(torch.ones(2))
-    assert seen[-1] == torch.float32 and out.dtype == torch.float32
-
-
-@pytest.mark.parametrize("tier", TIERS)
 def test_a_given_schema_is_checked_at_definition(tier):
     """torch's errors (torch 1.8-2.3 before: "substring not found", or an op whose schema
     mutates what ``mutates_args`` does not name)."""

@@ -9,18 +9,23 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 import torch
 
 from compatfn.library import _registration
+from compatfn.library._autocast import autocast_dtype, call_autocast
 from compatfn.library._autograd import Call, autograd_function
 from compatfn.library._convert import conversions
-from compatfn.library._facts import DISPATCHER_PROBES, HAS_DEVICE_AUTOCAST
+from compatfn.library._facts import DISPATCHER_PROBES
 from compatfn.library._fast_call import generated_call
-from compatfn.library._infer_schema import _resolve, check_given_schema, infer_schema
+from compatfn.library._infer_schema import (
+    check_given_schema,
+    infer_schema,
+    returns_only_tensors,
+    tensor_parameters,
+)
 from compatfn.library._utils import (
     aliases_any,
     bump_version,
     device_types_tuple,
     dispatch_key,
     flatten,
-    is_tensor_list,
     parse_qualname,
     tensors_in,
 )
@@ -95,7 +100,7 @@ class CustomOp:
         self.__module__ = getattr(fn, "__module__", __name__)
         self.__wrapped__ = fn
         self._eager_fn = autograd_function(self, dispatched=False)
-        self._tensor_params, self._only_tensors_and_scalars = _tensor_parameters(fn, params)
+        self._tensor_params, self._only_tensors_and_scalars = tensor_parameters(fn, params)
         self._library: Any = None
         self._opoverload: Any = None
         self._registered_keys: set = set()
@@ -148,7 +153,7 @@ class CustomOp:
             and list(self._kernels) == [None]
             and self._kernels[None] is self.__wrapped__  # its signature is the op's
             and self._only_tensors_and_scalars
-            and _returns_only_tensors(self._schema)
+            and returns_only_tensors(self._schema)
         )
 
     def _check_tensor_arguments(self, inputs: tuple, keyword_only: Dict[str, Any]) -> None:
@@ -192,9 +197,9 @@ class CustomOp:
         )
 
     def _apply(self, inputs: tuple, keyword_only: Dict[str, Any], fn: Any) -> Any:
-        autocast = self._autocast_dtype()
+        autocast = autocast_dtype(self._autocast)
         if autocast is not None:
-            return self._call_autocast(inputs, keyword_only, autocast)
+            return call_autocast(self, inputs, keyword_only, autocast)
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors_in(inputs)):
             flat, layout = flatten(inputs)
             output = fn.apply(Call(layout, keyword_only), *flat)
@@ -202,30 +207,6 @@ class CustomOp:
         if fn is self._eager_fn:  # as below torch's autograd kernel: no graph recorded
             return self._detached(self._run_kernel(inputs, keyword_only))
         return _registration.below_autograd(self._opoverload, inputs, keyword_only)
-
-    def _autocast_dtype(self) -> Optional[torch.dtype]:
-        for device_type, dtype in self._autocast.items():
-            enabled = (
-                torch.is_autocast_enabled()
-                if device_type == "cuda"
-                else getattr(torch, "is_autocast_cpu_enabled", lambda: False)()
-            )
-            if enabled:
-                return dtype
-        return None
-
-    def _call_autocast(self, inputs: tuple, keyword_only: Dict[str, Any], dtype: Any) -> Any:
-        def cast(v: Any) -> Any:
-            if isinstance(v, torch.Tensor) and v.is_floating_point():
-                return v.to(dtype)
-            if is_tensor_list(v):
-                return [cast(t) for t in v]
-            return v
-
-        cast_inputs = tuple(cast(v) for v in inputs)
-        devices = {"cuda" if t.is_cuda else "cpu" for t in tensors_in(inputs)}
-        with _autocast_off(devices.pop() if len(devices) == 1 else "cpu"):
-            return self(*cast_inputs, **keyword_only)
 
     def _kernel_for(self, inputs: tuple) -> Callable:
         tensors = tensors_in(inputs)
@@ -444,33 +425,3 @@ def _check_device_types(device_types: Optional[Tuple[str, ...]]) -> None:
     for device_type in device_types or ():
         if device_type != "meta":  # torch 1.8 has no meta device; its fake kernels never run
             torch.device(device_type)
-
-
-def _autocast_off(device_type: str) -> Any:
-    """Autocast off for ``device_type`` (torch 1.8 has only ``torch.cuda.amp.autocast``)."""
-    if HAS_DEVICE_AUTOCAST:
-        return torch.autocast(device_type, enabled=False)
-    return torch.cuda.amp.autocast(enabled=False)
-
-
-def _returns_only_tensors(schema: str) -> bool:
-    """Whether the schema returns one Tensor or a tuple of Tensors (what torch 1.8's autograd
-    Functions can return)."""
-    returns = schema.rsplit("-> ", 1)[1].strip("()")
-    return bool(returns) and all(r.strip() == "Tensor" for r in returns.split(","))
-
-
-def _tensor_parameters(
-    fn: Callable, params: List[inspect.Parameter]
-) -> Tuple[List[Tuple[int, str]], bool]:
-    """The (position, name) of each parameter annotated ``Tensor``, and whether every other
-    parameter is a scalar (no Optional/Sequence of Tensor, nothing unannotated): the short path
-    needs that."""
-    tensors, only_scalars = [], True
-    for i, p in enumerate(params):
-        annotation = _resolve(p.annotation, fn)
-        if annotation is torch.Tensor:
-            tensors.append((i, p.name))
-        elif annotation not in (int, float, bool, str, torch.dtype, torch.device):
-            only_scalars = False
-    return tensors, only_scalars

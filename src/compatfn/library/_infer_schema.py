@@ -14,7 +14,13 @@ import torch.types
 
 from compatfn.library._facts import SCALAR_TYPE_NUMBERS, int_type, parser_reads_dtype_names
 
-__all__ = ["check_given_schema", "infer_schema", "schema_for_this_torch"]
+__all__ = [
+    "check_given_schema",
+    "infer_schema",
+    "returns_only_tensors",
+    "schema_for_this_torch",
+    "tensor_parameters",
+]
 
 _NoneType = type(None)
 #: Python type -> schema type, and whether lists of it are allowed.
@@ -192,3 +198,26 @@ def check_given_schema(name: str, schema: str, mutates_args: Union[str, Iterable
             "which is different from what was provided to us in `mutates_args`. "
             "Please make these consistent."
         )
+
+
+def returns_only_tensors(schema: str) -> bool:
+    """Whether the schema returns one Tensor or a tuple of Tensors (what torch 1.8's autograd
+    Functions can return)."""
+    returns = schema.rsplit("-> ", 1)[1].strip("()")
+    return bool(returns) and all(r.strip() == "Tensor" for r in returns.split(","))
+
+
+def tensor_parameters(
+    fn: Callable, params: List[inspect.Parameter]
+) -> Tuple[List[Tuple[int, str]], bool]:
+    """The (position, name) of each parameter annotated ``Tensor``, and whether every other
+    parameter is a scalar (no Optional/Sequence of Tensor, nothing unannotated): the short path
+    needs that."""
+    tensors, only_scalars = [], True
+    for i, p in enumerate(params):
+        annotation = _resolve(p.annotation, fn)
+        if annotation is torch.Tensor:
+            tensors.append((i, p.name))
+        elif annotation not in (int, float, bool, str, torch.dtype, torch.device):
+            only_scalars = False
+    return tensors, only_scalars
