@@ -157,8 +157,19 @@ def _op_named(qualname: str) -> CustomOp:
 
 
 def _is_torch_operator(op: Any) -> bool:
-    """An ``OpOverload`` (``torch.ops.ns.op.default``): torch's functions take it on 2.4+."""
+    """An ``OpOverload`` (``torch.ops.ns.op.default``) that torch's functions take (2.4+)."""
     return HAS_TORCH_CUSTOM_OP and isinstance(op, torch._ops.OpOverload)
+
+
+def _name_of(op: Any) -> Any:
+    """``"ns::op[.overload]"`` for an ``OpOverload`` of an op compatfn's tiers defined, or any
+    on torch < 2.4 (by name, as torch's functions take it); else ``op`` itself."""
+    schema: Any = None if isinstance(op, (str, CustomOp)) else getattr(op, "_schema", None)
+    if schema is None:
+        return op
+    overload = schema.overload_name
+    name = schema.name + (f".{overload}" if overload else "")
+    return name if name in OPS or not HAS_TORCH_CUSTOM_OP else op
 
 
 def _by_name(method: str, qualname: str, *args: Any, **kwargs: Any) -> Any:
@@ -178,6 +189,7 @@ def register_kernel(
 
     Example: ``register_kernel("mylib::scaled_sin", "cpu", lambda x, scale=1.0: x.sin())``.
     """
+    op = _name_of(op)
     if _is_torch_operator(op):
         return torch.library.register_kernel(op, device_types, func)  # type: ignore[attr-defined]
     if not isinstance(op, str):
@@ -191,6 +203,7 @@ def register_fake(op: Union[str, Any], func: Optional[Callable] = None, /) -> An
 
     Example: ``register_fake("mylib::scaled_sin", lambda x, scale=1.0: torch.empty_like(x))``.
     """
+    op = _name_of(op)
     if not isinstance(op, str):
         if _is_torch_operator(op):
             return torch.library.register_fake(op, func)  # type: ignore[attr-defined]
@@ -208,6 +221,7 @@ def register_autograd(
 
     Example: ``register_autograd("mylib::scaled_sin", backward, setup_context=setup_context)``.
     """
+    op = _name_of(op)
     if _is_torch_operator(op):
         return torch.library.register_autograd(  # type: ignore[attr-defined]
             op, backward, setup_context=setup_context
@@ -222,6 +236,7 @@ def register_autocast(op: Union[str, Any], device_type: str, cast_inputs: torch.
 
     Example: ``register_autocast("mylib::scaled_sin", "cpu", torch.float64)``.
     """
+    op = _name_of(op)
     if not isinstance(op, str):
         return op.register_autocast(device_type, cast_inputs)
     return _by_name("register_autocast", op, device_type, cast_inputs)
@@ -233,6 +248,7 @@ def register_vmap(op: Union[str, Any], func: Optional[Callable] = None, /) -> An
 
     Example: ``register_vmap("mylib::scaled_sin", lambda info, dims, x, scale: ...)``.
     """
+    op = _name_of(op)
     if not isinstance(op, str):
         return op.register_vmap(func)
     if op not in OPS and hasattr(getattr(torch, "library", None), "register_vmap"):
