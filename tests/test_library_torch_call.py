@@ -522,13 +522,3 @@ def test_gradients_see_the_arguments_torch_passes():
     assert seen[0] == seen[1]
     assert spy.calls == 1  # only (2, 3): an int for a float goes to the dispatcher
 
-
-def test_the_op_object_has_torchs_docstring():
-    """``op.__doc__`` is ``CustomOpDef``'s, as on torch's own object (before: None)."""
-
-    @make("torch", "documented")
-    def documented(x: torch.Tensor) -> torch.Tensor:
-        """Not the object's docstring in torch either."""
-        return x * 2
-
-    assert documented.__doc__ == torch._library.custom_ops.CustomOpDef.__doc__

@@ -368,4 +368,4 @@ class FastCustomOpDef(_Base):  # type: ignore[misc,valid-type]
 
 def op_class(base: Any) -> Any:
     """A class of the op's own (its ``__call__`` is the op's), derived from ``base``."""
-    return type("CustomOpDef", (base,), {"__module__": base.__module__, "__doc__": base.__doc__})
+    return type("CustomOpDef", (base,), {"__module__": base.__module__})
