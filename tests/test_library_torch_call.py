@@ -521,4 +521,3 @@ def test_gradients_see_the_arguments_torch_passes():
             op(x, *args).sum().backward()
     assert seen[0] == seen[1]
     assert spy.calls == 1  # only (2, 3): an int for a float goes to the dispatcher
-
