@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 import torch
+from torch.types import Number
 
 from library_support import TIERS, make
 
@@ -64,3 +65,24 @@ def test_a_wrong_argument_type_raises_torchs_error(tier, position, value, expect
     with pytest.raises(RuntimeError, match=expected.replace("[", r"\[").replace("]", r"\]")):
         op(*args)
     assert seen == {}
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_numbers_dtypes_and_tensor_lists_convert_as_the_dispatcher_does(tier):
+    """As torch 2.15's own op: a ``torch.types.Number`` parameter (torch 1.8-2.3 before: refused
+    at definition), a one-element tensor for a float or int, an int for a dtype (refused before)
+    and a tuple for a tensor list (passed as a tuple before)."""
+    seen: Dict[str, Any] = {}
+
+    @make(tier, "numbers")
+    def numbers(
+        x: torch.Tensor, n: Number, s: float, i: int, dt: torch.dtype, xs: List[torch.Tensor]
+    ) -> torch.Tensor:
+        seen.update(n=n, s=s, i=i, dt=dt, xs=xs)
+        return x.clone()
+
+    numbers(torch.ones(1), 2, torch.ones(1, 1), torch.ones(1), 5, (torch.ones(1),))
+    assert seen["n"] == 2 and type(seen["n"]) is int and seen["s"] == 1.0 and seen["i"] == 1
+    assert seen["dt"] is torch.float16 and type(seen["xs"]) is list
+    with pytest.raises(RuntimeError, match="Expected a value of type 'number' for argument 'n'"):
+        numbers(torch.ones(1), "2", 1.0, 1, torch.float32, [torch.ones(1)])

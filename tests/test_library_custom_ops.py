@@ -106,6 +106,28 @@ def test_tuple_outputs_with_gradients(tier):
 
 
 @pytest.mark.parametrize("tier", TIERS)
+def test_a_list_output_with_gradients(tier):
+    """``-> List[Tensor]``: setup_context gets the list, backward one list of gradients, as in
+    torch (compatfn's tiers before: the outputs had no grad_fn)."""
+
+    @make(tier, "listed")
+    def listed(x: torch.Tensor) -> List[torch.Tensor]:
+        return [x * 2, x * 3]
+
+    def setup_context(ctx, inputs, output):
+        assert type(output) is list
+
+    listed.register_autograd(
+        lambda ctx, grads: 2 * grads[0] + 3 * grads[1], setup_context=setup_context
+    )
+    x = torch.randn(3, requires_grad=True)
+    out = listed(x)
+    assert type(out) is list and all(o.grad_fn is not None for o in out)
+    (out[0] + out[1]).sum().backward()
+    assert torch.equal(x.grad, torch.full((3,), 5.0))
+
+
+@pytest.mark.parametrize("tier", TIERS)
 def test_calls_bind_like_the_function(tier):
     """Keywords, defaults and wrong calls behave as calling the decorated function would."""
 
@@ -401,22 +423,78 @@ def test_register_vmap(tier):
 
 
 @pytest.mark.parametrize("tier", TIERS)
-def test_register_autocast(tier):
-    """Under CPU autocast the op's floating inputs are cast to the registered dtype."""
-    if not hasattr(torch, "is_autocast_cpu_enabled"):
-        pytest.skip(f"torch {torch.__version__} has no CPU autocast (control: torch itself)")
-    seen: List[torch.dtype] = []
+def test_a_given_schema_is_checked_at_definition(tier):
+    """torch's errors (torch 1.8-2.3 before: "substring not found", or an op whose schema
+    mutates what ``mutates_args`` does not name)."""
 
-    @make(tier, "autocast_me")
-    def autocast_me(x: torch.Tensor) -> torch.Tensor:
-        seen.append(x.dtype)
+    def f(x, y):
+        x.add_(y)
+
+    with pytest.raises(RuntimeError, match=r"expected \) but found 'arrow'"):
+        make(tier, "bad", schema="(Tensor x -> Tensor")(f)
+    with pytest.raises(ValueError, match=r"The schema suggests that the op mutates \{'x'\}"):
+        make(tier, "undeclared", schema="(Tensor(a!) x, Tensor y) -> ()")(f)
+    op = make(tier, "declared", mutates_args={"x"}, schema="(Tensor(a!) x, Tensor y) -> ()")(f)
+    x = torch.zeros(2)
+    op(x, torch.ones(2))
+    assert x.tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_an_unknown_device_type_is_refused(tier):
+    """torch's own error for "gpu" (torch 1.13-2.3 before: "could not parse dispatch key")."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
         return x * 2
 
-    if not hasattr(autocast_me, "register_autocast"):
-        pytest.skip(f"torch {torch.__version__}'s CustomOpDef has no register_autocast (2.5+)")
-    autocast_me.register_autocast("cpu", torch.float64)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = autocast_me(torch.ones(2))
-    assert seen == [torch.float64] and out.dtype == torch.float64
-    out = autocast_me(torch.ones(2))
-    assert seen[-1] == torch.float32 and out.dtype == torch.float32
+    with pytest.raises(RuntimeError, match="Expected one of cpu, cuda"):
+        make(tier, "gpu", device_types="gpu")(f)
+    op = make(tier, "dev")(f)
+    with pytest.raises(RuntimeError, match="Expected one of cpu, cuda"):
+        op.register_kernel("gpu", f)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_set_kernel_enabled(tier):
+    """Inside the block the function the op was made from runs, as in torch (compatfn's tiers
+    before: no such method)."""
+
+    @make(tier, "switch")
+    def op(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    op.register_kernel("cpu", lambda x: x * 3)
+    with op.set_kernel_enabled("cpu", False):
+        assert op(torch.ones(1)).item() == 2.0
+    assert op(torch.ones(1)).item() == 3.0
+
+
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "torch"])
+def test_register_torch_dispatch_is_refused_before_torch_2_5(tier):
+    """An error naming the op (before: AttributeError)."""
+
+    @make(tier, "td")
+    def op(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    with pytest.raises(NotImplementedError, match=r"register_torch_dispatch needs torch >= 2\.5"):
+        op.register_torch_dispatch(object, lambda *args: None)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_no_graph_from_a_captured_parameter(tier):
+    """No input requires grad: the kernel runs below autograd in torch, so a parameter it
+    captures records no graph (compatfn's tiers before: the output required grad)."""
+    weight = torch.nn.Parameter(torch.ones(2))
+
+    @make(tier, "captures")
+    def captures(x: torch.Tensor) -> torch.Tensor:
+        return x * weight
+
+    @make(tier, "captures_two")
+    def captures_two(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return x * weight, x + weight
+
+    out = captures(torch.ones(2))
+    assert not out.requires_grad and out.grad_fn is None
+    assert not any(o.requires_grad for o in captures_two(torch.ones(2)))

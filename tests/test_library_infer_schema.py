@@ -6,6 +6,7 @@ from typing import Optional, Sequence
 
 import pytest
 import torch
+from torch.types import Number
 
 from compatfn import library
 from compatfn.library import _facts
@@ -48,3 +49,16 @@ def test_inferred_schema_matches_torch():
         assert schema == torch.library.infer_schema(f, mutates_args={"ys"})
     if library.HAS_LIBRARY:  # every torch with torch.library parses it
         torch._C.parse_schema("f" + schema)
+
+
+def test_number_is_a_scalar():
+    """``torch.types.Number`` is ``Scalar``, as torch's infer_schema (torch 1.8-2.3 before:
+    "unsupported type")."""
+
+    def f(x: torch.Tensor, n: Number, m: Optional[Number] = None, k: Number = 2) -> Number:
+        return 1
+
+    schema = library.infer_schema(f, mutates_args=())
+    assert schema == "(Tensor x, Scalar n, Scalar? m=None, Scalar k=2) -> Scalar"
+    if hasattr(getattr(torch, "library", None), "infer_schema"):
+        assert schema == torch.library.infer_schema(f, mutates_args=())

@@ -40,8 +40,8 @@ What each torch gives (the tier is decided once, at import, by feature detection
 
 The modules follow torch's own ``torch/_library``: ``_facts`` (every torch fact), ``_infer_schema``,
 ``_custom_ops`` (the op object), ``_registration`` (the dispatcher), ``_autograd``,
-``_fast_call`` (the generated call), ``_convert`` (argument conversions), ``_opcheck``,
-``_torch_tier`` and ``_torch_call`` (torch >= 2.4).
+``_fast_call`` (the generated call), ``_convert`` (argument conversions), ``_autocast``,
+``_opcheck``, ``_torch_tier`` and ``_torch_call`` (torch >= 2.4).
 Public here besides ``custom_op`` (which ``compatfn`` re-exports): ``CustomOp``, ``TIER``,
 ``infer_schema``, ``opcheck`` (also ``compatfn.testing.opcheck``), ``OpCheckError`` and the
 functions taking an op by name, ``register_kernel``, ``register_fake``, ``register_autograd``,
@@ -147,12 +147,29 @@ def _op_named(qualname: str) -> CustomOp:
     """The op compatfn's tiers defined as ``qualname``; torch's error for an unknown one."""
     parse_qualname(qualname)
     op = OPS.get(qualname)
-    if op is None:
-        raise ValueError(
-            f"{qualname}: no operator of that name was defined with compatfn.custom_op on torch "
-            f"{torch.__version__} (ops defined otherwise need torch.library on torch >= 2.4)"
+    if op is None:  # torch's error type and first words
+        raise RuntimeError(
+            f"operator {qualname} does not exist: no operator of that name was defined with "
+            f"compatfn.custom_op on torch {torch.__version__} (ops defined otherwise need "
+            "torch.library on torch >= 2.4)"
         )
     return op
+
+
+def _is_torch_operator(op: Any) -> bool:
+    """An ``OpOverload`` (``torch.ops.ns.op.default``) that torch's functions take (2.4+)."""
+    return HAS_TORCH_CUSTOM_OP and isinstance(op, torch._ops.OpOverload)
+
+
+def _name_of(op: Any) -> Any:
+    """``"ns::op[.overload]"`` for an ``OpOverload`` of an op compatfn's tiers defined, or any
+    on torch < 2.4 (by name, as torch's functions take it); else ``op`` itself."""
+    schema: Any = None if isinstance(op, (str, CustomOp)) else getattr(op, "_schema", None)
+    if schema is None:
+        return op
+    overload = schema.overload_name
+    name = schema.name + (f".{overload}" if overload else "")
+    return name if name in OPS or not HAS_TORCH_CUSTOM_OP else op
 
 
 def _by_name(method: str, qualname: str, *args: Any, **kwargs: Any) -> Any:
@@ -172,6 +189,9 @@ def register_kernel(
 
     Example: ``register_kernel("mylib::scaled_sin", "cpu", lambda x, scale=1.0: x.sin())``.
     """
+    op = _name_of(op)
+    if _is_torch_operator(op):
+        return torch.library.register_kernel(op, device_types, func)  # type: ignore[attr-defined]
     if not isinstance(op, str):
         return op.register_kernel(device_types, func) if func else op.register_kernel(device_types)
     extra = () if func is None else (func,)
@@ -183,7 +203,10 @@ def register_fake(op: Union[str, Any], func: Optional[Callable] = None, /) -> An
 
     Example: ``register_fake("mylib::scaled_sin", lambda x, scale=1.0: torch.empty_like(x))``.
     """
+    op = _name_of(op)
     if not isinstance(op, str):
+        if _is_torch_operator(op):
+            return torch.library.register_fake(op, func)  # type: ignore[attr-defined]
         return op.register_fake if func is None else op.register_fake(func)
     if op not in OPS and HAS_TORCH_CUSTOM_OP:
         return torch.library.register_fake(op, func)  # type: ignore[attr-defined]
@@ -198,6 +221,11 @@ def register_autograd(
 
     Example: ``register_autograd("mylib::scaled_sin", backward, setup_context=setup_context)``.
     """
+    op = _name_of(op)
+    if _is_torch_operator(op):
+        return torch.library.register_autograd(  # type: ignore[attr-defined]
+            op, backward, setup_context=setup_context
+        )
     if not isinstance(op, str):
         return op.register_autograd(backward, setup_context=setup_context)
     return _by_name("register_autograd", op, backward, setup_context=setup_context)
@@ -208,6 +236,7 @@ def register_autocast(op: Union[str, Any], device_type: str, cast_inputs: torch.
 
     Example: ``register_autocast("mylib::scaled_sin", "cpu", torch.float64)``.
     """
+    op = _name_of(op)
     if not isinstance(op, str):
         return op.register_autocast(device_type, cast_inputs)
     return _by_name("register_autocast", op, device_type, cast_inputs)
@@ -219,6 +248,7 @@ def register_vmap(op: Union[str, Any], func: Optional[Callable] = None, /) -> An
 
     Example: ``register_vmap("mylib::scaled_sin", lambda info, dims, x, scale: ...)``.
     """
+    op = _name_of(op)
     if not isinstance(op, str):
         return op.register_vmap(func)
     if op not in OPS and hasattr(getattr(torch, "library", None), "register_vmap"):

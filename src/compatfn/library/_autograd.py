@@ -37,8 +37,10 @@ def autograd_function(op: CustomOp, dispatched: bool) -> Any:
     def run(call: Call, flat: tuple) -> Any:
         inputs = unflatten(flat, call.layout)
         if not dispatched:
-            return op._run_kernel(inputs, call.keyword_only)
-        return below_autograd(op._opoverload, inputs, call.keyword_only)
+            out = op._run_kernel(inputs, call.keyword_only)
+        else:
+            out = below_autograd(op._opoverload, inputs, call.keyword_only)
+        return tuple(out) if op._returns_list else out  # autograd tracks tuples, not lists
 
     class Op(torch.autograd.Function):
         @staticmethod
@@ -51,6 +53,7 @@ def autograd_function(op: CustomOp, dispatched: bool) -> Any:
                 return
             call = inputs[0]
             args = unflatten(inputs[1:], call.layout)
+            output = list(output) if op._returns_list else output
             if op._keyword_only:
                 op._setup_context(
                     ctx=ctx, inputs=args, keyword_only_inputs=call.keyword_only, output=output
@@ -60,7 +63,7 @@ def autograd_function(op: CustomOp, dispatched: bool) -> Any:
 
         @staticmethod
         def backward(ctx: Any, *grads: Any) -> Any:
-            result = user_backward(op, ctx, grads)
+            result = user_backward(op, ctx, (list(grads),) if op._returns_list else grads)
             return (None, *regrad(result if isinstance(result, tuple) else (result,), ctx))
 
     Op.__name__ = Op.__qualname__ = f"CustomOp_{op._namespace}_{op._name}"

@@ -15,6 +15,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from compatfn.library._facts import SCALAR_TYPE_NUMBERS
+
 __all__ = ["Conversion", "conversions"]
 
 #: A parameter's conversion: the type a value needs no conversion for (None: always convert),
@@ -32,7 +34,8 @@ def _expected(qualname: str, name: str, type_name: str, value: Any) -> RuntimeEr
 
 
 def _is_number_tensor(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and value.dim() == 0
+    """A tensor of one element, of any shape: the dispatcher takes it for a number."""
+    return isinstance(value, torch.Tensor) and value.numel() == 1
 
 
 def _to_float(value: Any) -> Any:
@@ -42,9 +45,7 @@ def _to_float(value: Any) -> Any:
 
 
 def _to_int(value: Any) -> Any:
-    if isinstance(value, numbers.Integral) or (
-        _is_number_tensor(value) and not value.is_floating_point()
-    ):
+    if isinstance(value, numbers.Integral) or _is_number_tensor(value):
         return int(value)
     return None
 
@@ -61,6 +62,38 @@ def _to_device(value: Any) -> Any:
     return None
 
 
+def _to_number(value: Any) -> Any:
+    """A ``Scalar`` (``torch.types.Number``): any Python number, passed as it is."""
+    return value if isinstance(value, numbers.Number) else None
+
+
+#: ScalarType number -> dtype: the dispatcher takes an int for a ``ScalarType`` (True is 1).
+_DTYPES = {number: getattr(torch, name) for name, number in SCALAR_TYPE_NUMBERS.items()}
+
+
+def _to_dtype(value: Any) -> Any:
+    if isinstance(value, torch.dtype):
+        return value
+    if isinstance(value, int):
+        if value not in _DTYPES:
+            raise RuntimeError("unsupported scalarType")
+        return _DTYPES[value]
+    return None
+
+
+def _tensor_list(qualname: str, name: str, shown: str) -> Callable[[Any], Any]:
+    """A tuple is passed as a list; a tensor as the list of its slices along dim 0."""
+
+    def converted(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return list(value.unbind(0))
+        if not isinstance(value, (list, tuple)):
+            raise _expected(qualname, name, shown, value)
+        return list(value)
+
+    return converted
+
+
 def _same(kind: type) -> Callable[[Any], Any]:
     return lambda value: value if isinstance(value, kind) else None
 
@@ -74,7 +107,8 @@ _SCALARS: Dict[str, Tuple[type, str, Callable[[Any], Any]]] = {
     "bool": (bool, "bool", _to_bool),
     "str": (str, "str", _same(str)),
     "Device": (torch.device, "Device", _to_device),
-    "ScalarType": (torch.dtype, "ScalarType", _same(torch.dtype)),
+    "ScalarType": (torch.dtype, "int", _to_dtype),
+    "Scalar": (object, "number", _to_number),  # no value's type is object: always converted
 }
 
 
@@ -83,6 +117,9 @@ def _conversion(qualname: str, name: str, schema_type: str) -> Optional[Conversi
     base = schema_type.rstrip("?")
     is_list = base.endswith("[]")
     base = base[: -len("[]")] if is_list else base
+    if is_list and base.startswith("Tensor"):
+        shown = "List[Optional[Tensor]]" if base.endswith("?") else "List[Tensor]"
+        return list, optional, _tensor_list(qualname, name, shown)
     if base not in _SCALARS:
         return None  # tensors: checked where they are used
     kind, type_name, convert = _SCALARS[base]

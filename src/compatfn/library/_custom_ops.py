@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from compatfn.library import _registration
+from compatfn.library._autocast import autocast_dtype, call_autocast
 from compatfn.library._autograd import Call, autograd_function
 from compatfn.library._convert import conversions
-from compatfn.library._facts import DISPATCHER_PROBES, HAS_DEVICE_AUTOCAST
+from compatfn.library._facts import DISPATCHER_PROBES
 from compatfn.library._fast_call import generated_call
-from compatfn.library._infer_schema import _resolve, infer_schema
+from compatfn.library._infer_schema import (
+    check_given_schema,
+    infer_schema,
+    returns_only_tensors,
+    tensor_parameters,
+)
 from compatfn.library._utils import (
     aliases_any,
     bump_version,
     device_types_tuple,
     dispatch_key,
     flatten,
-    is_tensor_list,
     parse_qualname,
     tensors_in,
 )
@@ -69,8 +75,11 @@ class CustomOp:
         tags: Sequence[Any] = (),
     ) -> None:
         self._namespace, self._name, self._overload = parse_qualname(qualname)
+        _check_device_types(device_types)
         self._full_name = f"{self._name}.{self._overload}" if self._overload else self._name
         self._qualname = qualname
+        if schema is not None:
+            check_given_schema(self._full_name, schema, mutates_args)
         self._schema = schema if schema is not None else infer_schema(fn, mutates_args)
         self._signature = inspect.signature(fn)
         params = list(self._signature.parameters.values())
@@ -78,18 +87,20 @@ class CustomOp:
         self._keyword_only = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
         self._mutated = self._mutated_positions(mutates_args)
         self._conversions = conversions(qualname, self._schema)
+        self._returns_list = self._schema.endswith("-> Tensor[]")
         self._kernels: Dict[Optional[str], Callable] = dict.fromkeys(device_types or (None,), fn)
         self._fake: Optional[Callable] = None
         self._backward: Optional[Callable] = None
         self._setup_context: Optional[Callable] = None
         self._autocast: Dict[str, torch.dtype] = {}
+        self._disabled_kernels: set = set()
         self._tags = tuple(tags)
         self.__name__ = self.__qualname__ = self._name
         self.__doc__ = fn.__doc__
         self.__module__ = getattr(fn, "__module__", __name__)
         self.__wrapped__ = fn
         self._eager_fn = autograd_function(self, dispatched=False)
-        self._tensor_params, self._only_tensors_and_scalars = _tensor_parameters(fn, params)
+        self._tensor_params, self._only_tensors_and_scalars = tensor_parameters(fn, params)
         self._library: Any = None
         self._opoverload: Any = None
         self._registered_keys: set = set()
@@ -142,7 +153,7 @@ class CustomOp:
             and list(self._kernels) == [None]
             and self._kernels[None] is self.__wrapped__  # its signature is the op's
             and self._only_tensors_and_scalars
-            and _returns_only_tensors(self._schema)
+            and returns_only_tensors(self._schema)
         )
 
     def _check_tensor_arguments(self, inputs: tuple, keyword_only: Dict[str, Any]) -> None:
@@ -186,39 +197,16 @@ class CustomOp:
         )
 
     def _apply(self, inputs: tuple, keyword_only: Dict[str, Any], fn: Any) -> Any:
-        autocast = self._autocast_dtype()
+        autocast = autocast_dtype(self._autocast)
         if autocast is not None:
-            return self._call_autocast(inputs, keyword_only, autocast)
+            return call_autocast(self, inputs, keyword_only, autocast)
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors_in(inputs)):
             flat, layout = flatten(inputs)
-            return fn.apply(Call(layout, keyword_only), *flat)
-        if fn is self._eager_fn:
-            return self._run_kernel(inputs, keyword_only)
+            output = fn.apply(Call(layout, keyword_only), *flat)
+            return list(output) if self._returns_list else output
+        if fn is self._eager_fn:  # as below torch's autograd kernel: no graph recorded
+            return self._detached(self._run_kernel(inputs, keyword_only))
         return _registration.below_autograd(self._opoverload, inputs, keyword_only)
-
-    def _autocast_dtype(self) -> Optional[torch.dtype]:
-        for device_type, dtype in self._autocast.items():
-            enabled = (
-                torch.is_autocast_enabled()
-                if device_type == "cuda"
-                else getattr(torch, "is_autocast_cpu_enabled", lambda: False)()
-            )
-            if enabled:
-                return dtype
-        return None
-
-    def _call_autocast(self, inputs: tuple, keyword_only: Dict[str, Any], dtype: Any) -> Any:
-        def cast(v: Any) -> Any:
-            if isinstance(v, torch.Tensor) and v.is_floating_point():
-                return v.to(dtype)
-            if is_tensor_list(v):
-                return [cast(t) for t in v]
-            return v
-
-        cast_inputs = tuple(cast(v) for v in inputs)
-        devices = {"cuda" if t.is_cuda else "cpu" for t in tensors_in(inputs)}
-        with _autocast_off(devices.pop() if len(devices) == 1 else "cpu"):
-            return self(*cast_inputs, **keyword_only)
 
     def _kernel_for(self, inputs: tuple) -> Callable:
         tensors = tensors_in(inputs)
@@ -226,6 +214,8 @@ class CustomOp:
         if device == "meta":
             return self._meta_kernel_for()
         kernel = self._kernels.get(device, self._kernels.get(None))
+        if device in self._disabled_kernels and device in self._kernels:
+            return self.__wrapped__  # as torch: the function the op was made from
         if kernel is None:
             have = ", ".join(sorted(str(k) for k in self._kernels)) or "none"
             raise NotImplementedError(
@@ -256,6 +246,18 @@ class CustomOp:
             for t, version in zip(mutated, versions):
                 if t._version == version:  # mutated outside torch (NumPy): tell autograd
                     bump_version(t)
+        return output
+
+    @staticmethod
+    def _detached(output: Any) -> Any:
+        """``output`` with no tensor requiring grad: as below torch's autograd kernel, what a
+        kernel captured (a parameter) records no graph."""
+        if isinstance(output, torch.Tensor):
+            return output.detach() if output.requires_grad else output
+        if isinstance(output, (tuple, list)) and any(
+            isinstance(o, torch.Tensor) and o.requires_grad for o in output
+        ):
+            return type(output)(CustomOp._detached(o) for o in output)
         return output
 
     def _check_no_alias(self, inputs: tuple, output: Any) -> None:
@@ -308,6 +310,8 @@ class CustomOp:
                 return x.sin()
         """
 
+        _check_device_types(device_types_tuple(device_types))
+
         def register(kernel: Callable) -> Callable:
             for device in device_types_tuple(device_types) or (None,):  # None: every device
                 self._kernels[device] = kernel
@@ -317,6 +321,41 @@ class CustomOp:
             return kernel
 
         return register if fn is None else register(fn)
+
+    @contextlib.contextmanager
+    def set_kernel_enabled(self, device_type: str, enabled: bool = True) -> Iterator[None]:
+        """Disable (or enable again) the kernel registered for ``device_type`` inside the
+        ``with`` block: the function the op was made from runs instead, as in torch.
+
+        Example::
+
+            with mysin.set_kernel_enabled("cpu", False):
+                mysin(torch.ones(2))  # the original function, not the "cpu" kernel
+        """
+        was_disabled = device_type in self._disabled_kernels
+        if enabled:
+            self._disabled_kernels.discard(device_type)
+        else:
+            self._disabled_kernels.add(device_type)
+        try:
+            yield
+        finally:
+            if was_disabled:
+                self._disabled_kernels.add(device_type)
+            else:
+                self._disabled_kernels.discard(device_type)
+
+    def register_torch_dispatch(
+        self, torch_dispatch_class: Any, fn: Optional[Callable] = None, /
+    ) -> Callable:
+        """A rule for a ``TorchDispatchMode`` or tensor subclass (torch >= 2.5). Older torch
+        cannot hand a custom operator to such a rule: this raises ``NotImplementedError``."""
+        raise NotImplementedError(
+            f"{self._qualname}: register_torch_dispatch needs torch >= 2.5 "
+            f"(torch.library.register_torch_dispatch); torch {torch.__version__} cannot route a "
+            "custom operator to a rule of a TorchDispatchMode or tensor subclass. Handle the op "
+            "in the mode's own __torch_dispatch__ instead."
+        )
 
     def register_fake(self, fn: Callable, /) -> Callable:
         """Shapes, dtypes and devices of the outputs, for FakeTensor/``meta`` inputs.
@@ -371,6 +410,7 @@ class CustomOp:
 
         Example: ``mysin.register_autocast("cuda", torch.float16)``.
         """
+        _check_device_types((device_type,))
         if device_type not in ("cpu", "cuda"):
             raise ValueError(
                 f"{self._qualname}: register_autocast supports device_type 'cpu' or 'cuda' on "
@@ -380,31 +420,8 @@ class CustomOp:
         self._regenerate_call()
 
 
-def _autocast_off(device_type: str) -> Any:
-    """Autocast off for ``device_type`` (torch 1.8 has only ``torch.cuda.amp.autocast``)."""
-    if HAS_DEVICE_AUTOCAST:
-        return torch.autocast(device_type, enabled=False)
-    return torch.cuda.amp.autocast(enabled=False)
-
-
-def _returns_only_tensors(schema: str) -> bool:
-    """Whether the schema returns one Tensor or a tuple of Tensors (what torch 1.8's autograd
-    Functions can return)."""
-    returns = schema.rsplit("-> ", 1)[1].strip("()")
-    return bool(returns) and all(r.strip() == "Tensor" for r in returns.split(","))
-
-
-def _tensor_parameters(
-    fn: Callable, params: List[inspect.Parameter]
-) -> Tuple[List[Tuple[int, str]], bool]:
-    """The (position, name) of each parameter annotated ``Tensor``, and whether every other
-    parameter is a scalar (no Optional/Sequence of Tensor, nothing unannotated): the short path
-    needs that."""
-    tensors, only_scalars = [], True
-    for i, p in enumerate(params):
-        annotation = _resolve(p.annotation, fn)
-        if annotation is torch.Tensor:
-            tensors.append((i, p.name))
-        elif annotation not in (int, float, bool, str, torch.dtype, torch.device):
-            only_scalars = False
-    return tensors, only_scalars
+def _check_device_types(device_types: Optional[Tuple[str, ...]]) -> None:
+    """torch's error for a device type it does not know ("gpu"), as torch 2.4+ at definition."""
+    for device_type in device_types or ():
+        if device_type != "meta":  # torch 1.8 has no meta device; its fake kernels never run
+            torch.device(device_type)

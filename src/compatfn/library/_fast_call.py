@@ -68,6 +68,7 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     # torch's C-level apply runs the class without compatfn's binding and checks.
     globals_["apply"] = C_APPLY.__get__(None, simple_function(op))
     globals_["kernel"] = op._kernels.get(None)
+    globals_["detached"] = op._detached
     plain: List[str] = []
     tensors = [n for _, n in op._tensor_params]
     if op._opoverload is not None:  # tracing, modes and transforms need the dispatcher
@@ -90,6 +91,9 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         f"    $out = $apply({', '.join(positional)})",
         "else:",
         f"    $out = $kernel({', '.join(positional)})",
+        # As below torch's autograd kernel: no graph from what the kernel captured.
+        "    if type($out) is not $Tensor or $out.requires_grad:",
+        "        $out = $detached($out)",
         f"if type($out) is $Tensor and {distinct}:",
         "    return $out",
         f"$self._check_no_alias({inputs}, $out)",

@@ -10,10 +10,17 @@ import typing
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import torch
+import torch.types
 
 from compatfn.library._facts import SCALAR_TYPE_NUMBERS, int_type, parser_reads_dtype_names
 
-__all__ = ["infer_schema", "schema_for_this_torch"]
+__all__ = [
+    "check_given_schema",
+    "infer_schema",
+    "returns_only_tensors",
+    "schema_for_this_torch",
+    "tensor_parameters",
+]
 
 _NoneType = type(None)
 #: Python type -> schema type, and whether lists of it are allowed.
@@ -25,6 +32,7 @@ _SCALARS: Dict[Any, Tuple[str, bool]] = {
     str: ("str", False),
     torch.dtype: ("ScalarType", False),
     torch.device: ("Device", False),
+    torch.types.Number: ("Scalar", True),  # typing.Union[int, float, bool] (complex on 2.x)
 }
 _SEQUENCES = (list, collections.abc.Sequence, typing.List, typing.Sequence)
 
@@ -43,9 +51,10 @@ def _resolve(annotation: Any, fn: Callable) -> Any:
 def _optional_of(annotation: Any) -> Any:
     """``X`` for ``Optional[X]``, else ``None``."""
     if typing.get_origin(annotation) is Union:
-        args = [a for a in typing.get_args(annotation) if a is not _NoneType]
-        if len(args) == 1 and len(typing.get_args(annotation)) == 2:
-            return args[0]
+        args = tuple(a for a in typing.get_args(annotation) if a is not _NoneType)
+        if len(args) == len(typing.get_args(annotation)) - 1:  # None was one of them
+            # ``Optional[Number]`` is one flat Union: take ``Number`` back out of it.
+            return args[0] if len(args) == 1 else Union[args]
     return None
 
 
@@ -78,7 +87,7 @@ def _return_type(annotation: Any, error: Callable[[str], Exception]) -> str:
         parts = [_return_type(a, error) for a in typing.get_args(annotation)]
         return "(" + ", ".join(parts) + ")"
     if (
-        annotation in (torch.Tensor, int, float, bool)
+        annotation in (torch.Tensor, int, float, bool, torch.types.Number)
         or typing.get_origin(annotation) in _SEQUENCES
     ):
         found = _schema_type(annotation)
@@ -132,8 +141,9 @@ def infer_schema(fn: Callable, mutates_args: Union[str, Iterable[str]]) -> str:
         if schema_type is None:
             raise error(
                 f"Parameter {name} has unsupported type {param.annotation}. The valid types "
-                "are: Tensor, int, float, bool, str, torch.dtype, torch.device, their Optional "
-                "forms, and Sequence/List of Tensor, Optional[Tensor], int, float, bool."
+                "are: Tensor, int, float, bool, str, torch.dtype, torch.device, "
+                "torch.types.Number, their Optional forms, and Sequence/List of Tensor, "
+                "Optional[Tensor], int, float, bool, torch.types.Number."
             )
         if (unknown and schema_type.startswith("Tensor")) or name in mutated:
             if not schema_type.startswith("Tensor"):
@@ -173,3 +183,41 @@ def schema_for_this_torch(schema: str) -> str:
         return match.group(0) if code is None else f"{match.group(1)}={code}"
 
     return re.sub(r"(ScalarType\?? \w+)=(\w+)", number, schema)
+
+
+def check_given_schema(name: str, schema: str, mutates_args: Union[str, Iterable[str]]) -> None:
+    """torch's errors for a ``schema=`` its parser refuses, or whose mutated arguments
+    (``Tensor(a!)``) are not ``mutates_args``, at definition (before anything is registered)."""
+    torch._C.parse_schema(name + schema_for_this_torch(schema))  # torch's error if it cannot
+    # torch 1.13's Argument has no alias_info: the written arguments read from the text.
+    expected = set(re.findall(r"Tensor\([^)]*!\)\S* (\w+)", schema.rsplit("->", 1)[0]))
+    if expected != set(mutates_args):
+        raise ValueError(
+            f"Attempted to create a custom op with `mutates_args={mutates_args}` "
+            f"and `schema={schema}. The schema suggests that the op mutates {expected}"
+            "which is different from what was provided to us in `mutates_args`. "
+            "Please make these consistent."
+        )
+
+
+def returns_only_tensors(schema: str) -> bool:
+    """Whether the schema returns one Tensor or a tuple of Tensors (what torch 1.8's autograd
+    Functions can return)."""
+    returns = schema.rsplit("-> ", 1)[1].strip("()")
+    return bool(returns) and all(r.strip() == "Tensor" for r in returns.split(","))
+
+
+def tensor_parameters(
+    fn: Callable, params: List[inspect.Parameter]
+) -> Tuple[List[Tuple[int, str]], bool]:
+    """The (position, name) of each parameter annotated ``Tensor``, and whether every other
+    parameter is a scalar (no Optional/Sequence of Tensor, nothing unannotated): the short path
+    needs that."""
+    tensors, only_scalars = [], True
+    for i, p in enumerate(params):
+        annotation = _resolve(p.annotation, fn)
+        if annotation is torch.Tensor:
+            tensors.append((i, p.name))
+        elif annotation not in (int, float, bool, str, torch.dtype, torch.device):
+            only_scalars = False
+    return tensors, only_scalars

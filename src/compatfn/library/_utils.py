@@ -26,20 +26,20 @@ def parse_qualname(qualname: str) -> Tuple[str, str, str]:
         ('mylib', 'scale', 'Tensor')
     """
     parts = qualname.split("::")
-    if len(parts) != 2 or not all(parts):
+    if len(parts) != 2:
         raise ValueError(
             f'Expected `qualname` to be of the form "namespace::name", but got {qualname}. The '
             "qualname passed to the torch.library APIs must consist of a namespace and a name, "
             "e.g. aten::sin"
         )
     namespace, full_name = parts
-    name, _, overload = full_name.partition(".")
+    name, dot, overload = full_name.partition(".")
     if namespace in RESERVED_NAMESPACES:
         raise ValueError(
             f"{namespace} is a reserved namespace. Please try creating a library with another name."
         )
     for what, part in (("namespace", namespace), ("name", name), ("overload name", overload)):
-        if part == "" and what == "overload name":
+        if part == "" and what == "overload name" and not dot:
             continue
         if not _IDENTIFIER.match(part) or keyword.iskeyword(part):
             raise RuntimeError(
