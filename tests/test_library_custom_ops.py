@@ -498,3 +498,37 @@ def test_no_graph_from_a_captured_parameter(tier):
     out = captures(torch.ones(2))
     assert not out.requires_grad and out.grad_fn is None
     assert not any(o.requires_grad for o in captures_two(torch.ones(2)))
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_jit_trace_records_the_op_once_whatever_the_grad_mode(tier):
+    """torch.jit.trace checks its trace by running it again under no_grad: the op must be one
+    node both times (See NOTE: [tracing without a dispatcher] for the function tier)."""
+
+    @make(tier, "scale")
+    def scale(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x * w
+
+    scale.register_autograd(lambda ctx, g: (g * ctx.w, g * ctx.x), setup_context=_save_x_w)
+    traced = torch.jit.trace(_Scaled(scale), (torch.ones(2),))  # check_trace=True
+    kinds = [n.kind() for n in traced.graph.nodes() if n.kind() not in _BOOKKEEPING]
+    op_node = "prim::PythonOp" if scale._opoverload is None else scale._qualname
+    assert kinds == [op_node, "aten::add"]
+    assert torch.equal(traced(torch.full((2,), 2.0)).detach(), torch.full((2,), 7.0))
+
+
+_BOOKKEEPING = ("prim::Constant", "prim::GetAttr")
+
+
+def _save_x_w(ctx, inputs, output):
+    ctx.x, ctx.w = inputs
+
+
+class _Scaled(torch.nn.Module):
+    def __init__(self, op) -> None:
+        super().__init__()
+        self.op = op
+        self.w = torch.nn.Parameter(torch.full((2,), 3.0))
+
+    def forward(self, x):
+        return self.op(x, self.w) + 1

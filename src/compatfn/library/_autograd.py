@@ -26,6 +26,9 @@ class Call:
         self.layout = layout
         self.keyword_only = keyword_only
 
+    def __repr__(self) -> str:  # the same for equal calls: torch.jit.trace compares graphs
+        return f"Call(layout={self.layout!r}, keyword_only={self.keyword_only!r})"
+
 
 def autograd_function(op: CustomOp, dispatched: bool) -> Any:
     """The ``compatfn.function`` that gives ``op`` its registered autograd formula.

@@ -12,7 +12,7 @@ from compatfn.library import _registration
 from compatfn.library._autocast import autocast_dtype, call_autocast
 from compatfn.library._autograd import Call, autograd_function
 from compatfn.library._convert import conversions
-from compatfn.library._facts import DISPATCHER_PROBES
+from compatfn.library._facts import DISPATCHER_PROBES, tracing_state
 from compatfn.library._fast_call import generated_call
 from compatfn.library._infer_schema import (
     check_given_schema,
@@ -200,7 +200,9 @@ class CustomOp:
         autocast = autocast_dtype(self._autocast)
         if autocast is not None:
             return call_autocast(self, inputs, keyword_only, autocast)
-        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors_in(inputs)):
+        if (torch.is_grad_enabled() and any(t.requires_grad for t in tensors_in(inputs))) or (
+            self._opoverload is None and tracing_state() is not None
+        ):  # See NOTE: [tracing without a dispatcher]
             flat, layout = flatten(inputs)
             output = fn.apply(Call(layout, keyword_only), *flat)
             return list(output) if self._returns_list else output

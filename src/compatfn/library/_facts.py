@@ -213,8 +213,9 @@ dispatch_mode_count: Callable[[], int] = getattr(
     lambda: int(getattr(torch._C, "_get_torch_dispatch_mode", lambda: None)() is not None),
 )
 
-#: What sends a registered op's call through the dispatcher: tracing, dispatch modes and
-#: torch.func transforms, in the order they are asked (``is_compiling`` first: under dynamo it
+#: What sends a registered op's call through the dispatcher: dynamo, dispatch modes, torch.func
+#: transforms and the TorchScript tracer (which records the op by its name), in the order they
+#: are asked (``is_compiling`` first: under dynamo it
 #: answers before the C probes, which dynamo 2.1 cannot trace), leaving out those this torch
 #: cannot answer True (nothing compiles before torch 2.0).
 DISPATCHER_PROBES: Tuple[Callable[[], Any], ...] = tuple(
@@ -223,6 +224,7 @@ DISPATCHER_PROBES: Tuple[Callable[[], Any], ...] = tuple(
         (is_compiling, HAS_IS_COMPILING),
         (dispatch_mode_count, True),
         (transforms_active, HAS_FUNCTORCH),
+        (tracing_state, True),
     )
     if present
 )

@@ -15,6 +15,7 @@ from compatfn.library._facts import (
     HAS_META_DEVICE,
     is_alias_of,
     storage_id,
+    tracing_state,
 )
 from compatfn.library._utils import distinct_storage_source
 
@@ -40,6 +41,15 @@ __all__ = ["generated_call"]
 # differs from every tensor argument's passes at once, anything else gets the full check. Each
 # check is written only where it can fail: no dispatcher probes on the ``function`` tier or for
 # what a torch lacks (``DISPATCHER_PROBES``), no meta test without a meta device.
+
+
+# NOTE: [tracing without a dispatcher]
+# On torch 1.8 (the ``function`` tier: no operator) torch.jit.trace records an op's call as the
+# Function's node when it runs through autograd and as the kernel's own ops when it does not.
+# torch.jit.trace checks its trace by running it again under no_grad, so a call recorded with a
+# parameter requiring grad would fail that check ("Graphs differed across invocations"). While
+# the tracer runs, every call goes through the Function, so the trace has one node for the op
+# whatever the grad mode, as an operator's call does on newer torch.
 
 
 def _conversion_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
@@ -77,6 +87,9 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         # First: dynamo 2.1 cannot trace type(tensor).
         probes = " or ".join(f"$probe{i}()" for i in range(len(DISPATCHER_PROBES)))
         plain.append(f"not ({probes})")
+    else:  # See NOTE: [tracing without a dispatcher]
+        globals_["tracing_state"] = tracing_state
+        plain.append("$tracing_state() is None")
     # Tensor subclasses, torch.fx proxies and wrong arguments take the general path.
     plain += [f"(type({t}) is $Tensor or type({t}) is $Parameter)" for t in tensors]
     if HAS_META_DEVICE:  # meta tensors get the fake kernel, or torch's error
