@@ -131,7 +131,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         path = results_json.write(
             "custom_op",
             "compatfn.custom_op per call vs a hand-written Function (1-element CPU)",
-            "python benchmarks/custom_op.py --write",
+            results_json.command("custom_op.py", argv),
             result["columns"],
             result["rows"],
             "cpu",
