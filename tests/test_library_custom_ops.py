@@ -89,6 +89,28 @@ def test_backward_without_register_autograd_raises_torchs_message(tier):
         out.sum().backward()
 
 
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "torch"])
+@pytest.mark.parametrize("returned", ["one", "three", "list"])
+def test_backward_with_a_wrong_number_of_gradients_raises_torchs_message(tier, returned):
+    """Counted on the short path too (a plain tensor and a float: the op's fastest call)."""
+
+    @make(tier, "miscount")
+    def miscount(x: torch.Tensor, s: float) -> torch.Tensor:
+        return x * s
+
+    grads = {
+        "one": lambda g: g * 2,
+        "three": lambda g: (g * 2, None, None),
+        "list": lambda g: [g * 2, None],
+    }[returned]
+    miscount.register_autograd(lambda ctx, g: grads(g))
+    x = torch.ones(2, requires_grad=True)
+    got = {"one": 1, "three": 3, "list": 1}[returned]
+    message = rf"miscount returned an incorrect number of gradients \(expected 2, got {got}\)"
+    with pytest.raises(RuntimeError, match=message):
+        torch.autograd.grad(miscount(x, 2.0).sum(), x)
+
+
 @pytest.mark.parametrize("tier", TIERS)
 def test_tuple_outputs_with_gradients(tier):
     @make(tier, "two")

@@ -80,7 +80,12 @@ def user_backward(op: CustomOp, ctx: Any, grads: tuple) -> Any:
             f"Trying to backward through {op._namespace}.{op._name}.default but no "
             "autograd formula was registered. Please use register_autograd to add one."
         )
-    result = op._backward(ctx, *grads)
+    return counted_gradients(op, op._backward(ctx, *grads))
+
+
+def counted_gradients(op: CustomOp, result: Any) -> Any:
+    """``result``, the registered backward's; torch's error unless it has one gradient per
+    forward input."""
     got = len(result) if isinstance(result, tuple) else 1
     expected = len(op._positional)
     if got != expected:
@@ -97,13 +102,26 @@ def simple_function(op: CustomOp) -> Any:
     ``forward(ctx, <the op's parameters>)`` that runs the kernel and the registered
     setup_context (if any), and the registered backward (torch's checks on its gradients)."""
 
-    def backward(ctx: Any, *grads: Any) -> Any:
-        return user_backward(op, ctx, grads)
-
     forward = _legacy_kernel_forward(op)
     return legacy_function_class(
-        f"CustomOp_{op._namespace}_{op._name}", forward, backward, __name__
+        f"CustomOp_{op._namespace}_{op._name}", forward, _short_path_backward(op), __name__
     )
+
+
+def _short_path_backward(op: CustomOp) -> Any:
+    """``backward(ctx, *grads)`` of the short path's Function: ``user_backward`` with its count
+    of the gradients skipped when they are a tuple of one per input."""
+
+    def backward(ctx: Any, *grads: Any) -> Any:
+        user = op._backward  # at backward time, as user_backward: a new definition may have come
+        if user is None:
+            return user_backward(op, ctx, grads)
+        result = user(ctx, *grads)
+        if type(result) is tuple and len(result) == len(op._positional):
+            return result
+        return counted_gradients(op, result)
+
+    return backward
 
 
 def _legacy_kernel_forward(op: CustomOp) -> Any:
