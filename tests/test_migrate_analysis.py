@@ -476,3 +476,51 @@ class Shifted(torch.autograd.Function):
 """
     new = assert_same_behaviour(source, "Shifted", torch.randn(3, dtype=torch.float64))
     assert "intermediates=1" in new and "_, ys = output" in new
+
+
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        (
+            "match mode:\n    case 1:\n        ctx.save_for_backward(x)\n    case _:\n        pass",
+            "forward uses ctx inside a match statement; move the ctx calls after it (or write "
+            "it as an if block) to let it through",
+        ),
+        (
+            "ctx.count = 0\nctx.count += 1",
+            "forward changes ctx.count with an augmented assignment; compute the value in a "
+            "name and set ctx.count = name once to let it through",
+        ),
+        (
+            "a = ctx.total = x.sum()",
+            "forward assigns ctx.total together with other targets; write `ctx.total = value` "
+            "on a line of its own to let it through",
+        ),
+        (
+            "ctx.save_for_backward(x); y = x * 2",
+            "forward calls ctx.save_for_backward() inside another statement or expression; put "
+            "the call on a line of its own to let it through",
+        ),
+        (
+            "ctx.total = x.sum()\ndel ctx.total",
+            "forward deletes ctx.total; remove the del to let it through",
+        ),
+    ],
+    ids=["match", "augmented", "chained", "semicolon", "del"],
+)
+def test_refusals_say_what_ctx_use_stops_the_class(body, reason):
+    # Hostile probes: each said "forward reads ctx.<attr> back, which forward does not set"
+    # (the del one migrated, and forward returned the deleted value: UnboundLocalError).
+    indented = textwrap.indent(body, " " * 8)
+    source = f"""
+import torch
+
+class F(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, mode):
+{indented}
+        return x * 2
+"""
+    result = migrate(source)
+    assert [r.reason for r in result.refusals] == [reason]
+    assert not result.changed

@@ -80,7 +80,9 @@ def on_deep_stack(function: Callable[..., Any], *args: Any) -> Any:
 
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace ``path`` by ``data`` in one step (a temporary file beside it, then a rename), so
-    that a failure leaves the old file whole; the file's permission bits are kept."""
+    that a failure leaves the old file whole; the file's permission bits are kept. A symbolic
+    link is followed: the file it points to is rewritten, the link stays a link."""
+    path = Path(os.path.realpath(path))
     if not os.access(path, os.W_OK):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
     mode = path.stat().st_mode & 0o7777
