@@ -154,3 +154,21 @@ def test_a_file_libcst_cannot_write_back_as_it_is_is_left_unchanged(tmp_path):
     assert f"ff.py:{line}: Square: LibCST would not write line {line} of this file back" in (
         result.stderr
     )
+
+
+def test_a_diff_the_console_cannot_show_is_escaped_not_a_traceback(tmp_path):
+    # Hostile probe: a character stdout's encoding lacks (here a comment's é on an ASCII
+    # console; a file name that is not UTF-8 on any console) stopped the run with a
+    # UnicodeEncodeError traceback.
+    import subprocess
+    import sys
+
+    (tmp_path / "ops.py").write_text(LEGACY.replace("return x * x", "return x * x  # é"))
+    result = subprocess.run(
+        [sys.executable, "-m", "compatfn", "migrate", "ops.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": "ascii:strict", "PYTHONWARNINGS": "ignore"},
+    )
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    assert b"+@compatfn.function" in result.stdout and b"# \\xe9" in result.stdout

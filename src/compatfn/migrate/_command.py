@@ -124,10 +124,17 @@ def _report(result: Result, mode: str) -> Optional[str]:
         except OSError as error:
             return f"error: cannot write {result.path}: {error.strerror or error}"
     elif mode == "check":
-        print(f"would migrate {result.path}: {', '.join(result.migrated)}")
+        _emit(f"would migrate {result.path}: {', '.join(result.migrated)}\n")
     else:
-        sys.stdout.write(result.diff())
+        _emit(result.diff())
     return None
+
+
+def _emit(text: str) -> None:
+    """Write ``text`` to stdout, escaping what its encoding cannot show (a file name that is not
+    UTF-8, a character the console lacks) rather than stopping with UnicodeEncodeError."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    sys.stdout.write(text.encode(encoding, "backslashreplace").decode(encoding))
 
 
 def run(
