@@ -524,3 +524,23 @@ class F(torch.autograd.Function):
     result = migrate(source)
     assert [r.reason for r in result.refusals] == [reason]
     assert not result.changed
+
+
+def test_an_input_named_ctx_is_refused():
+    # Hostile probe: `forward(self, ctx, y)` became `forward(ctx, y)`, which the decorator
+    # reads as the legacy form: TypeError when the module is imported.
+    result = migrate(
+        """
+        import torch
+
+        class Mul(torch.autograd.Function):
+            @staticmethod
+            def forward(self, ctx, y):
+                self.save_for_backward(ctx, y)
+                return ctx * y
+        """
+    )
+    assert [r.reason for r in result.refusals] == [
+        "forward's first input is named ctx (its ctx parameter is self), which "
+        "@compatfn.function would read as the legacy form; rename that input to let it through"
+    ]

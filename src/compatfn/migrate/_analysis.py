@@ -58,6 +58,13 @@ class ForwardAnalysis:
         self.ctx = params[skip].name.value
         self.cls = params[0].name.value if skip else None
         self.params = params[skip + 1 :]
+        if self.params and self.params[0].name.value == "ctx":
+            raise Refused(
+                "forward's first input is named ctx (its ctx parameter is "
+                f"{self.ctx}), which @compatfn.function would read as the legacy form; rename "
+                "that input to let it through",
+                fn,
+            )
         self.param_names = [p.name.value for p in self.params] + ([self.star] if self.star else [])
         self.readbacks = ReadBacks(self.ctx)
         self.grads = grads
