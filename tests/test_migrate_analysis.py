@@ -278,3 +278,269 @@ def test_intermediates_come_in_source_order_whatever_the_string_hashing():
         """
     new = assert_same_behaviour(source, "Many", torch.randn(3, dtype=torch.float64))
     assert "return x * 2, zeta, alpha, mid, beta, omega, gamma\n" in new
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "torch.relu_(y)",
+        "y.data.mul_(3)",
+        "y.view(-1).mul_(3)",
+        "z = y\n        z.mul_(3)",
+        "v = y[:2]\n        v[0] = 100.0",
+        "y[0].add_(100)",
+        "torch.nn.functional.relu(y, inplace=True)",
+        "torch.mul(y, 3, out=y)",
+        "def bump():\n            y.mul_(3)\n        bump()",
+    ],
+)
+def test_a_ctx_value_is_computed_before_forward_changes_what_it_reads(change):
+    # Hostile probe: ctx.total = y.sum() moved to setup_context, computed there from y after
+    # forward had changed y in place in a way the codemod did not see: wrong gradients.
+    source = f"""
+import torch
+
+class Total(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x - 0.5
+        ctx.total = y.sum()
+        {change}
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.total
+"""
+    new = assert_same_behaviour(source, "Total", torch.randn(5, dtype=torch.float64))
+    assert "total = y.sum()" in new.split("def setup_context")[0]  # computed in forward
+
+
+def test_a_list_changed_after_a_ctx_value_is_read_from_it():
+    source = """
+import torch
+
+class Count(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        parts = [x]
+        ctx.n = len(parts)
+        parts.append(x)
+        return torch.stack(parts).sum(0)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.n
+"""
+    assert_same_behaviour(source, "Count", torch.randn(3, dtype=torch.float64))
+
+
+LIST_SAVED = """
+import torch
+
+class Pair(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        a = x.sin()
+        tensors = [a, x]
+        ctx.save_for_backward({arg})
+        {after}
+        return a * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, x = ctx.saved_tensors
+        return grad * 2 * x.cos()
+"""
+
+
+@pytest.mark.parametrize(
+    "arg, after", [("*tuple(tensors)", "tensors.append(a)"), ("*tensors", "tensors = [a]")]
+)
+def test_a_starred_list_saved_before_it_changes(arg, after):
+    source = LIST_SAVED.format(arg=arg, after=after)
+    assert_same_behaviour(source, "Pair", torch.randn(3, dtype=torch.float64))
+
+
+@pytest.mark.parametrize(
+    "source, reason",
+    [
+        (
+            LIST_SAVED.format(arg="*tensors", after="tensors.append(a)"),
+            "forward passes *tensors to a ctx call and changes tensors in place later; pass "
+            "*tuple(tensors) to let it through",
+        ),
+        (
+            """
+            import torch
+            class F(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, x):
+                    if x.requires_grad:
+                        ctx.noise = torch.rand(3)
+                    return x + torch.rand(3)
+            """,
+            "forward sets a random ctx value under a condition; draw it into a name before the "
+            "block and pass the name to let it through",
+        ),
+        (
+            """
+            import torch
+            class F(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, x, flag):
+                    y = x * 2
+                    if flag:
+                        ctx.total = y.sum()
+                    y.mul_(3)
+                    return y
+            """,
+            "forward computes a ctx value under a condition from y, which it changes in place "
+            "later; compute it into a name before the block and pass the name to let it through",
+        ),
+        (
+            """
+            import torch
+            class F(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, x):
+                    y = x * 2
+                    if x.requires_grad:
+                        ctx.total = y.sum()
+                        y.mul_(3)
+                    return y
+            """,
+            "forward computes a ctx value under a condition from y, which it changes in place "
+            "later; compute it into a name before the block and pass the name to let it through",
+        ),
+        (
+            """
+            import torch
+            class F(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, x):
+                    ctx.save_for_backward(y := x * 2)
+                    return y + 1
+            """,
+            "forward assigns a name with := in a statement that moves to setup_context; assign "
+            "it on a line of its own before that statement to let it through",
+        ),
+        (
+            """
+            import torch
+            class F(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, x):
+                    if (n := x.numel()) > 0:
+                        ctx.save_for_backward(x)
+                    return x * n
+            """,
+            "forward assigns a name with := in a statement that moves to setup_context; assign "
+            "it on a line of its own before that statement to let it through",
+        ),
+    ],
+    ids=[
+        "starred-list-appended",
+        "random-under-if",
+        "if-then-in-place",
+        "in-place-in-branch",
+        "walrus-in-call",
+        "walrus-in-test",
+    ],
+)
+def test_ctx_values_setup_context_would_compute_differently_are_refused(source, reason):
+    # Hostile probes: each of these migrated silently and then saved other values (a list
+    # grown after the call, other random draws, a tensor changed in place) or hit NameError.
+    result = migrate(source)
+    assert [r.reason for r in result.refusals] == [reason]
+    assert not result.changed
+
+
+def test_a_comprehension_variable_is_not_an_intermediate():
+    # Hostile probe: `t`, bound by both comprehensions, became an intermediate that forward
+    # returned: NameError on every call.
+    source = """
+import torch
+
+class Shifted(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ys = [t * 2 for t in x.unbind()]
+        ctx.save_for_backward(*[t + 1 for t in ys])
+        return torch.stack(ys)
+
+    @staticmethod
+    def backward(ctx, grad):
+        saved = ctx.saved_tensors
+        return grad * 2 + 0 * saved[0]
+"""
+    new = assert_same_behaviour(source, "Shifted", torch.randn(3, dtype=torch.float64))
+    assert "intermediates=1" in new and "_, ys = output" in new
+
+
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        (
+            "match mode:\n    case 1:\n        ctx.save_for_backward(x)\n    case _:\n        pass",
+            "forward uses ctx inside a match statement; move the ctx calls after it (or write "
+            "it as an if block) to let it through",
+        ),
+        (
+            "ctx.count = 0\nctx.count += 1",
+            "forward changes ctx.count with an augmented assignment; compute the value in a "
+            "name and set ctx.count = name once to let it through",
+        ),
+        (
+            "a = ctx.total = x.sum()",
+            "forward assigns ctx.total together with other targets; write `ctx.total = value` "
+            "on a line of its own to let it through",
+        ),
+        (
+            "ctx.save_for_backward(x); y = x * 2",
+            "forward calls ctx.save_for_backward() inside another statement or expression; put "
+            "the call on a line of its own to let it through",
+        ),
+        (
+            "ctx.total = x.sum()\ndel ctx.total",
+            "forward deletes ctx.total; remove the del to let it through",
+        ),
+    ],
+    ids=["match", "augmented", "chained", "semicolon", "del"],
+)
+def test_refusals_say_what_ctx_use_stops_the_class(body, reason):
+    # Hostile probes: each said "forward reads ctx.<attr> back, which forward does not set"
+    # (the del one migrated, and forward returned the deleted value: UnboundLocalError).
+    indented = textwrap.indent(body, " " * 8)
+    source = f"""
+import torch
+
+class F(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, mode):
+{indented}
+        return x * 2
+"""
+    result = migrate(source)
+    assert [r.reason for r in result.refusals] == [reason]
+    assert not result.changed
+
+
+def test_an_input_named_ctx_is_refused():
+    # Hostile probe: `forward(self, ctx, y)` became `forward(ctx, y)`, which the decorator
+    # reads as the legacy form: TypeError when the module is imported.
+    result = migrate(
+        """
+        import torch
+
+        class Mul(torch.autograd.Function):
+            @staticmethod
+            def forward(self, ctx, y):
+                self.save_for_backward(ctx, y)
+                return ctx * y
+        """
+    )
+    assert [r.reason for r in result.refusals] == [
+        "forward's first input is named ctx (its ctx parameter is self), which "
+        "@compatfn.function would read as the legacy form; rename that input to let it through"
+    ]

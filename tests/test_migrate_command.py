@@ -124,3 +124,51 @@ def test_help_shows_the_rules_and_exit_statuses(tmp_path):
     assert RULES in result.stdout and EXIT_STATUS in result.stdout
     for phrase in ("Refused", "intermediates", "custom_fwd", "super().forward", "--strict"):
         assert phrase in result.stdout
+
+
+def test_write_through_a_symbolic_link_rewrites_its_target(tmp_path):
+    # Hostile probe: --write replaced the link by a migrated copy and left its target legacy.
+    target = tmp_path / "real.py"
+    target.write_text(LEGACY)
+    (tmp_path / "pkg").mkdir()
+    link = tmp_path / "pkg" / "ops.py"
+    link.symlink_to(target)
+    result = cli("--write", "pkg", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert link.is_symlink()
+    assert target.read_text().startswith(MIGRATED_HEAD)
+
+
+def test_a_file_libcst_cannot_write_back_as_it_is_is_left_unchanged(tmp_path):
+    # Hostile probe: LibCST drops a form feed that starts a line inside a class body, so the
+    # migrated file silently lost it; now the file is kept and its classes refused, with the line.
+    data = LEGACY.replace(
+        "    @staticmethod\n    def backward", "\x0c    @staticmethod\n    def backward"
+    )
+    path = tmp_path / "ff.py"
+    path.write_text(data)
+    result = cli("--write", "--strict", path.name, cwd=tmp_path)
+    assert result.returncode == 1
+    assert path.read_text() == data
+    line = data.split("\n").index("\x0c    @staticmethod") + 1
+    assert f"ff.py:{line}: Square: LibCST would not write line {line} of this file back" in (
+        result.stderr
+    )
+
+
+def test_a_diff_the_console_cannot_show_is_escaped_not_a_traceback(tmp_path):
+    # Hostile probe: a character stdout's encoding lacks (here a comment's é on an ASCII
+    # console; a file name that is not UTF-8 on any console) stopped the run with a
+    # UnicodeEncodeError traceback.
+    import subprocess
+    import sys
+
+    (tmp_path / "ops.py").write_text(LEGACY.replace("return x * x", "return x * x  # é"))
+    result = subprocess.run(
+        [sys.executable, "-m", "compatfn", "migrate", "ops.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": "ascii:strict", "PYTHONWARNINGS": "ignore"},
+    )
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    assert b"+@compatfn.function" in result.stdout and b"# \\xe9" in result.stdout

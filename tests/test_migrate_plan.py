@@ -47,3 +47,62 @@ def test_a_classmethod_backward_calling_super_is_refused_with_the_fix():
         ),
     ]
     assert not result.changed
+
+
+def _run(source: str, name: str) -> tuple:
+    import torch
+
+    namespace: dict = {}
+    exec(compile(source, "<case>", "exec"), namespace)
+    cls = eval(name, namespace)
+    x = torch.arange(1.0, 4.0, dtype=torch.float64, requires_grad=True)
+    out = cls.apply(x)
+    (grad,) = torch.autograd.grad(out.sum(), x)
+    return out.detach(), grad
+
+
+NEEDS_ITS_CLASS = """
+import torch
+
+class Outer:
+    class Scaled(torch.autograd.Function):
+        K = 3.0
+
+        @classmethod
+        def forward(cls, ctx, x):
+            ctx.save_for_backward(x)
+            return x * cls.K
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * 3.0 + x * 0
+
+class Base(torch.autograd.Function):
+    @classmethod
+    def forward(cls, ctx, x):
+        ctx.save_for_backward(x)
+        return x * cls.K
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2.0
+
+    K = 2.0
+
+class Sub(Base): pass
+"""
+
+
+@pytest.mark.parametrize("name", ["Outer.Scaled", "Sub"])
+def test_classes_that_need_their_class_migrate_nested_or_on_one_line(name):
+    # Hostile probes: a class nested in a class had its staticmethod forward call
+    # `Scaled._forward_impl` (NameError: the class body's names are out of a method's reach);
+    # `class Sub(Base): pass` stopped the whole file with an AssertionError.
+    import torch
+
+    result = migrate_source(textwrap.dedent(NEEDS_ITS_CLASS), "case.py")
+    assert result.refusals == [] and result.migrated == ["Scaled", "Base", "Sub"]
+    assert "return Outer.Scaled._forward_impl(x)" in result.new_source
+    old, new = _run(result.old_source, name), _run(result.new_source, name)
+    assert all(torch.equal(a, b) for a, b in zip(old, new))

@@ -20,6 +20,7 @@ from ._syntax import (
     positional_params,
     star_param,
     statement,
+    walk,
 )
 
 
@@ -57,6 +58,13 @@ class ForwardAnalysis:
         self.ctx = params[skip].name.value
         self.cls = params[0].name.value if skip else None
         self.params = params[skip + 1 :]
+        if self.params and self.params[0].name.value == "ctx":
+            raise Refused(
+                "forward's first input is named ctx (its ctx parameter is "
+                f"{self.ctx}), which @compatfn.function would read as the legacy form; rename "
+                "that input to let it through",
+                fn,
+            )
         self.param_names = [p.name.value for p in self.params] + ([self.star] if self.star else [])
         self.readbacks = ReadBacks(self.ctx)
         self.grads = grads
@@ -109,6 +117,7 @@ class ForwardAnalysis:
         self._check_single_return()
         for index, stmt in enumerate(self.body):
             if is_ctx_statement(stmt, self.ctx):
+                _refuse_walrus([stmt])
                 snapshot, stmt = self.placement.place(index, stmt)
                 keep += snapshot
                 moved.append(stmt)
@@ -117,11 +126,13 @@ class ForwardAnalysis:
             parts = split_if(stmt, self.ctx)
             if parts is not None:
                 assert isinstance(stmt, cst.If)
+                _refuse_walrus(parts[2])
                 keep += self.placement.place_split(index, stmt, parts[0], parts[2])
                 moved.append(parts[1])
                 continue
             with_parts = split_with(stmt, self.ctx)
             if with_parts is not None:
+                _refuse_walrus(with_parts[1])
                 keep += self.placement.place_with(index, stmt, *with_parts)
                 moved += with_parts[1]
                 continue
@@ -133,3 +144,14 @@ class ForwardAnalysis:
             moved.append(statement(f"{self.ctx}.{attr} = {local}\n"))
             self.values.add_intermediate(local)
         return keep, moved
+
+
+def _refuse_walrus(moved: List[cst.BaseStatement]) -> None:
+    """Refuse ``:=`` in statements that move to setup_context: forward would lose the name."""
+    for stmt in moved:
+        if any(isinstance(node, cst.NamedExpr) for node in walk(stmt)):
+            raise Refused(
+                "forward assigns a name with := in a statement that moves to setup_context; "
+                "assign it on a line of its own before that statement to let it through",
+                stmt,
+            )

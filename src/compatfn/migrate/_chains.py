@@ -124,7 +124,7 @@ def plan_super(planner: Planner, plan: Plan, forward: cst.FunctionDef, call: cst
         params=impl.params.with_changes(params=[cls_param, *impl.params.params])
     )
     impl = with_kind(impl, "classmethod", [])
-    public = delegate("forward", params, f"{plan.name}._forward_impl", decorators)
+    public = delegate("forward", params, f"{plan.ref}._forward_impl", decorators)
     ctx = positional_params(forward, "forward")[1].name.value
     inputs_name, output_name = base.setup_names
     own = {p.name.value for p in params} | set(bound)

@@ -80,7 +80,9 @@ def on_deep_stack(function: Callable[..., Any], *args: Any) -> Any:
 
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace ``path`` by ``data`` in one step (a temporary file beside it, then a rename), so
-    that a failure leaves the old file whole; the file's permission bits are kept."""
+    that a failure leaves the old file whole; the file's permission bits are kept. A symbolic
+    link is followed: the file it points to is rewritten, the link stays a link."""
+    path = Path(os.path.realpath(path))
     if not os.access(path, os.W_OK):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
     mode = path.stat().st_mode & 0o7777
@@ -122,10 +124,17 @@ def _report(result: Result, mode: str) -> Optional[str]:
         except OSError as error:
             return f"error: cannot write {result.path}: {error.strerror or error}"
     elif mode == "check":
-        print(f"would migrate {result.path}: {', '.join(result.migrated)}")
+        _emit(f"would migrate {result.path}: {', '.join(result.migrated)}\n")
     else:
-        sys.stdout.write(result.diff())
+        _emit(result.diff())
     return None
+
+
+def _emit(text: str) -> None:
+    """Write ``text`` to stdout, escaping what its encoding cannot show (a file name that is not
+    UTF-8, a character the console lacks) rather than stopping with UnicodeEncodeError."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    sys.stdout.write(text.encode(encoding, "backslashreplace").decode(encoding))
 
 
 def run(

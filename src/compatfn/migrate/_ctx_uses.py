@@ -131,12 +131,35 @@ def _describe_ctx_use(name: cst.Name, parents: List[cst.CSTNode]) -> str:
             "(a conditional save that depends on data); compute them before the if to let it "
             "through",
         ),
+        (
+            (cst.Match,),
+            "forward uses ctx inside a match statement; move the ctx calls after it (or write "
+            "it as an if block) to let it through",
+        ),
     ]
     for types, reason in kinds:
         if any(isinstance(node, types) for node in parents):
             return reason
     if isinstance(parent, cst.Attribute):
         attr = parent.attr.value
+        grand = parents[-2] if len(parents) > 1 else None
+        if isinstance(grand, cst.Call) and grand.func is parent and attr in CTX_METHODS:
+            return (
+                f"forward calls ctx.{attr}() inside another statement or expression; put the "
+                "call on a line of its own to let it through"
+            )
+        if any(isinstance(node, cst.Del) for node in parents):
+            return f"forward deletes ctx.{attr}; remove the del to let it through"
+        if any(isinstance(node, cst.AugAssign) for node in parents):
+            return (
+                f"forward changes ctx.{attr} with an augmented assignment; compute the value in "
+                f"a name and set ctx.{attr} = name once to let it through"
+            )
+        if any(isinstance(node, cst.AssignTarget) for node in parents):
+            return (
+                f"forward assigns ctx.{attr} together with other targets; write "
+                f"`ctx.{attr} = value` on a line of its own to let it through"
+            )
         return (
             f"forward reads ctx.{attr} back, which forward does not set; use the value it "
             "holds (an input's requires_grad for needs_input_grad) to let it through"
@@ -174,7 +197,7 @@ class ReadBacks(cst.CSTTransformer):
     def _writes_ctx(self, stmt: cst.CSTNode) -> bool:
         for node in walk(stmt, into_scopes=True):
             targets: List[cst.BaseExpression] = []
-            if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
+            if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.Del)):
                 targets = [node.target]
             for target in targets:
                 if any(isinstance(n, cst.Name) and n.value == self.ctx for n in walk(target)):

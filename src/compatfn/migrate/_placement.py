@@ -4,13 +4,23 @@ snapshot, setup_context runs the statement), classifying every value it reads.""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
 from ._branches import if_tests, is_plain
 from ._ctx_uses import ReadBacks, draws_random, is_ctx_statement, reads_attribute, value_expressions
-from ._syntax import Refused, bindings, fresh_name, loaded_names, names_in_order, statement
+from ._syntax import (
+    Refused,
+    alias_groups,
+    bindings,
+    free_names,
+    fresh_name,
+    loaded_names,
+    source_of,
+    statement,
+    walk,
+)
 
 
 @dataclass
@@ -48,6 +58,13 @@ class Placement:
             mutated |= m
         return assigned, mutated
 
+    def _changed_later(self, index: int) -> Set[str]:
+        """Names whose value may change in place after ``body[index]``, through any name that
+        may share its memory (see NOTE: [in-place changes])."""
+        direct = self._later(index)[1]
+        groups = alias_groups(self.body)
+        return direct.union(*(groups.get(name, set()) for name in direct))
+
     def _earlier_assigned(self, index: int) -> Set[str]:
         assigned: Set[str] = set()
         for stmt in self.body[:index]:
@@ -60,10 +77,12 @@ class Placement:
         """Classify the names a ctx statement reads; return the snapshot statements forward must
         keep in its place and the statement setup_context runs."""
         later_assigned, later_mutated = self._later(index)
+        later_changed = self._changed_later(index)
         earlier = self._earlier_assigned(index)
         if self.cls is not None and self.cls in loaded_names(stmt):
             raise Refused(f"a ctx value is computed with {self.cls}", stmt)
         if isinstance(stmt, cst.If):
+            self._check_recomputable([stmt], later_changed, stmt, "under a condition")
             self._classify_block(stmt, set(), earlier, later_assigned, later_mutated)
             return [], stmt
         assert isinstance(stmt, cst.SimpleStatementLine)
@@ -71,23 +90,27 @@ class Placement:
         snapshots: List[cst.BaseStatement] = []
         replacements: Dict[int, cst.BaseExpression] = {}
         for position, expr in enumerate(value_expressions(small)):
-            ordered = [name for name in names_in_order(expr) if name != self.ctx]
+            ordered = [name for name in free_names(expr) if name != self.ctx]
             names = set(ordered)
             kinds = {name: self._classify(name, earlier, later_assigned) for name in ordered}
-            bare = isinstance(expr, cst.Name) or (
-                isinstance(expr, cst.StarredElement) and isinstance(expr.value, cst.Name)
-            )
+            starred = _starred(small, position)
+            bare = isinstance(expr, cst.Name)
             recompute_unsafe = (
                 self._read_back(index, small, expr, later_assigned)
                 or draws_random(expr)
                 or any(
                     kinds[n] == "intermediate" and n in later_assigned for n in names
                 )  # reassigned later: the value at this point is gone
-                or (not bare and bool(names & later_mutated))
+                or (not bare and bool(names & later_changed))
             )
+            if starred and bare and names & later_changed:
+                raise Refused(
+                    f"forward passes *{source_of(expr)} to a ctx call and changes "
+                    f"{source_of(expr)} in place later; pass *tuple({source_of(expr)}) to let it "
+                    "through",
+                    stmt,
+                )
             if recompute_unsafe:
-                if isinstance(expr, cst.StarredElement):
-                    raise Refused("a starred ctx argument forward changes later", stmt)
                 name = fresh_name(self._snapshot_base(small, position), self.taken)
                 snapshots.append(
                     stmt.with_changes(body=[cst.Assign([cst.AssignTarget(cst.Name(name))], expr)])
@@ -145,7 +168,7 @@ class Placement:
         while isinstance(node, cst.If):
             tests |= loaded_names(node.test)
             node = node.orelse
-        for name in sorted(loaded_names(stmt) - local - {self.ctx}):
+        for name in sorted(set(free_names(stmt)) - local - {self.ctx}):
             kind = self._classify(name, earlier, later_assigned)
             if name in tests and (kind == "intermediate" or name in later_mutated):
                 raise Refused(
@@ -182,11 +205,10 @@ class Placement:
                     )
                 self._record(name, kind)
         self._check_branch_order(stmt)
+        self._check_recomputable(moved, self._changed_later(index), stmt, "under a condition")
         start_as_none = []
         for ctx_stmt in moved:
-            if draws_random(ctx_stmt):
-                raise Refused("forward saves a random value under a condition", stmt)
-            for name in sorted(loaded_names(ctx_stmt) - {self.ctx}):
+            for name in sorted(set(free_names(ctx_stmt)) - {self.ctx}):
                 kind = self._classify(name, earlier | inside, later_assigned)
                 if kind == "intermediate" and name in later_assigned:
                     raise Refused(
@@ -216,6 +238,7 @@ class Placement:
         later_assigned, _ = self._later(index)
         earlier = self._earlier_assigned(index) | bindings(forward_with)[0]
         self._check_order(list(stmt.body.body), stmt, "inside a with block", "block")
+        self._check_recomputable(moved, self._changed_later(index), stmt, "inside a with block")
         for ctx_stmt in moved:
             assert isinstance(ctx_stmt, cst.SimpleStatementLine)
             small = ctx_stmt.body[0]
@@ -225,7 +248,7 @@ class Placement:
                     "it to a name in the block and pass the name to let it through",
                     ctx_stmt,
                 )
-            for name in sorted(loaded_names(ctx_stmt) - {self.ctx}):
+            for name in sorted(set(free_names(ctx_stmt)) - {self.ctx}):
                 kind = self._classify(name, earlier, later_assigned)
                 if kind == "intermediate" and name in later_assigned:
                     raise Refused(
@@ -235,6 +258,36 @@ class Placement:
                     )
                 self._record(name, kind)
         return [forward_with]
+
+    def _check_recomputable(
+        self,
+        statements: Sequence[cst.CSTNode],
+        changed: Set[str],
+        stmt: cst.BaseStatement,
+        where: str,
+    ) -> None:
+        """Refuse ctx values that setup_context would compute differently: random draws, and
+        values read from names forward changes in place later (see NOTE: [in-place changes])."""
+        for node in statements:
+            for line in walk(node):
+                if not isinstance(line, cst.SimpleStatementLine):
+                    continue
+                for position, expr in enumerate(value_expressions(line.body[0])):
+                    if draws_random(expr):
+                        raise Refused(
+                            f"forward sets a random ctx value {where}; draw it into a name "
+                            "before the block and pass the name to let it through",
+                            stmt,
+                        )
+                    names = set(free_names(expr)) & changed
+                    shared = isinstance(expr, cst.Name) and not _starred(line.body[0], position)
+                    if names and not shared:
+                        raise Refused(
+                            f"forward computes a ctx value {where} from {min(names)}, which it "
+                            "changes in place later; compute it into a name before the block "
+                            "and pass the name to let it through",
+                            stmt,
+                        )
 
     def _check_branch_order(self, stmt: cst.If) -> None:
         """Refuse a ctx statement whose values its branch assigns again after it."""
@@ -248,12 +301,17 @@ class Placement:
         self, body: List[cst.BaseStatement], stmt: cst.BaseStatement, where: str, block: str
     ) -> None:
         """Refuse a ctx statement of ``body`` whose values ``body`` assigns again after it."""
+        groups = alias_groups(self.body)
         for position, inner in enumerate(body):
             if not is_ctx_statement(inner, self.ctx):
                 continue
             after: Set[str] = set()
+            changed: Set[str] = set()
             for later in body[position + 1 :]:
-                after |= bindings(later)[0]
+                assigned, mutated = bindings(later)
+                after |= assigned
+                changed |= mutated.union(*(groups.get(name, set()) for name in mutated))
+            self._check_recomputable([inner], changed, stmt, where)
             changed = (loaded_names(inner) - {self.ctx}) & after
             if changed:
                 raise Refused(
@@ -281,6 +339,15 @@ class Placement:
             self.values.inputs.add(name)
         elif kind == "intermediate":
             self.values.add_intermediate(name)
+
+
+def _starred(small: cst.BaseSmallStatement, position: int) -> bool:
+    """Whether argument ``position`` of a ctx call is unpacked (``*tensors``)."""
+    return (
+        isinstance(small, cst.Expr)
+        and isinstance(small.value, cst.Call)
+        and small.value.args[position].star == "*"
+    )
 
 
 def _replace_values(

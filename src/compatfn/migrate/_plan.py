@@ -41,6 +41,7 @@ class Plan:
 
     node: cst.ClassDef
     name: str
+    ref: str = ""  # how its methods reach the class: Outer.Name for a class nested in a class
     base: Optional[Plan] = None
     intermediates: int = 0
     forward_params: List[cst.Param] = field(default_factory=list)
@@ -67,6 +68,24 @@ def methods_of(node: cst.ClassDef) -> Dict[str, cst.FunctionDef]:
     return found
 
 
+def class_references(module: cst.Module) -> Dict[int, str]:
+    """id(class) -> the expression its own methods reach it by: its name, or ``Outer.Name`` for
+    a class in a class body (whose scope a method cannot see); a function body starts afresh
+    (its methods see its locals)."""
+    refs: Dict[int, str] = {}
+
+    def visit(node: cst.CSTNode, prefix: str) -> None:
+        for child in node.children:
+            if isinstance(child, cst.ClassDef):
+                refs[id(child)] = prefix + child.name.value
+                visit(child, f"{refs[id(child)]}.")
+            else:
+                visit(child, "" if isinstance(child, (cst.FunctionDef, cst.Lambda)) else prefix)
+
+    visit(module, "")
+    return refs
+
+
 def _grad_count(backward: Optional[cst.FunctionDef]) -> Optional[int]:
     if backward is None:
         return None
@@ -89,6 +108,7 @@ class Planner:
         self.function_name = func
         self.plans: Dict[str, Plan] = {}
         self.children: Dict[str, List[str]] = {}
+        self.refs = class_references(module)
 
     # -- discovery
 
@@ -124,7 +144,8 @@ class Planner:
     # -- planning
 
     def plan(self, node: cst.ClassDef) -> Plan:
-        plan = Plan(node=node, name=node.name.value, base=self._in_file_base(node))
+        name = node.name.value
+        plan = Plan(node, name, self.refs.get(id(node), name), self._in_file_base(node))
         self.plans[plan.name] = plan
         try:
             self._plan(plan)
@@ -175,7 +196,7 @@ class Planner:
         methods = methods_of(plan.node)
         if base.forward_impl and "_forward_impl" not in methods:
             plan.additions.append(
-                delegate("forward", base.forward_params, f"{plan.name}._forward_impl", [])
+                delegate("forward", base.forward_params, f"{plan.ref}._forward_impl", [])
             )
         self._plan_backward(plan, methods)
 
@@ -208,7 +229,7 @@ class Planner:
                 ),
             )
             impl = with_kind(impl, "classmethod", [])
-            public = delegate("forward", split.params, f"{plan.name}._forward_impl", decorators)
+            public = delegate("forward", split.params, f"{plan.ref}._forward_impl", decorators)
             methods = [impl, public]
         else:
             methods = [with_kind(drop_first_params(new_forward, drop), "staticmethod", decorators)]
@@ -263,7 +284,7 @@ class Planner:
             if name != "backward":
                 raise Refused(f"{name} uses {cls_name}", fn)
             impl = with_kind(fn.with_changes(name=cst.Name("_backward_impl")), "classmethod", [])
-            public = delegate("backward", params[1:], f"{plan.name}._backward_impl", decorators)
+            public = delegate("backward", params[1:], f"{plan.ref}._backward_impl", decorators)
             plan.backward_impl = params[1:]
             plan.replacements[id(fn)] = [impl, public]
         base = plan.base
@@ -272,7 +293,7 @@ class Planner:
             if inherited is not None:
                 plan.backward_impl = inherited
                 plan.additions.append(
-                    delegate("backward", inherited, f"{plan.name}._backward_impl", [])
+                    delegate("backward", inherited, f"{plan.ref}._backward_impl", [])
                 )
 
     def _inherited_backward(self, base: Optional[Plan]) -> Optional[List[cst.Param]]:

@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Union
 
@@ -22,6 +23,7 @@ from ._plan import Plan, Planner, methods_of
 from ._syntax import Refused
 
 DEFAULT_DECORATOR = "compatfn:function"
+LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
 
 @dataclass(frozen=True)
@@ -101,19 +103,34 @@ def refuse_families(planner: Planner) -> None:
 def rebuild(planner: Planner, plan: Plan) -> cst.ClassDef:
     """The class of ``plan`` with its new methods and the decorator."""
     node = plan.node
+    decorators = [d for d in node.decorators if not planner.is_our_decorator(d)]
+    arg = f"(intermediates={plan.intermediates})" if plan.intermediates else ""
+    ours = cst.Decorator(cst.parse_expression(f"{planner.api}.{planner.function_name}{arg}"))
+    node = node.with_changes(decorators=[ours, *decorators])
+    if isinstance(node.body, cst.SimpleStatementSuite):  # `class Sub(Base): pass`
+        if not plan.additions:
+            return node
+        lines = [cst.SimpleStatementLine([small]) for small in node.body.body]
+        node = node.with_changes(body=cst.IndentedBlock(lines))
     assert isinstance(node.body, cst.IndentedBlock)
     body: List[cst.BaseStatement] = []
     for stmt in node.body.body:
         body += plan.replacements.get(id(stmt), [stmt])
     body += plan.additions
-    decorators = [d for d in node.decorators if not planner.is_our_decorator(d)]
-    arg = f"(intermediates={plan.intermediates})" if plan.intermediates else ""
-    ours = cst.Decorator(cst.parse_expression(f"{planner.api}.{planner.function_name}{arg}"))
-    return node.with_changes(decorators=[ours, *decorators], body=node.body.with_changes(body=body))
+    return node.with_changes(body=node.body.with_changes(body=body))
 
 
 def _parse(source: Union[str, bytes]) -> cst.Module:
     return cst.parse_module(source)
+
+
+def _first_unkept_line(old: str, written: str) -> int:
+    """The first line (1-based) LibCST writes differently from ``old``; 0 if none."""
+    if old == written:
+        return 0
+    old_lines, new_lines = LINE.findall(old), LINE.findall(written)  # not str.splitlines: a
+    pairs = zip(old_lines, new_lines)  # form feed does not end a line of Python
+    return next((n for n, (a, b) in enumerate(pairs, 1) if a != b), len(old_lines))
 
 
 def migrate_source(
@@ -151,6 +168,22 @@ def migrate_source(
             new[id(plan.node)] = rebuild(planner, plan)
             result.migrated.append(plan.name)
     if not new:
+        return result
+    unfaithful = _first_unkept_line(old, module.code)
+    if unfaithful:
+        for plan in plans:
+            if id(plan.node) in new:
+                result.refusals.append(
+                    Refusal(
+                        path,
+                        unfaithful,
+                        plan.name,
+                        f"LibCST would not write line {unfaithful} of this file back as it is "
+                        "(a form feed inside an indented block, for example), so the file is "
+                        "left unchanged; remove what is unusual on that line to let it through",
+                    )
+                )
+        result.migrated = []
         return result
     module = add_import(module.visit(ReplaceClasses(new)), planner.import_module, planner.api, path)
     result.new_source = module.code
