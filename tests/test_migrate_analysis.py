@@ -278,3 +278,26 @@ def test_intermediates_come_in_source_order_whatever_the_string_hashing():
         """
     new = assert_same_behaviour(source, "Many", torch.randn(3, dtype=torch.float64))
     assert "return x * 2, zeta, alpha, mid, beta, omega, gamma\n" in new
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        "if any(ctx.needs_input_grad[:1]):\n    raise ValueError('no gradient for x')",
+        "needs_grad = any(ctx.needs_input_grad)\nif needs_grad:\n    ctx.save_for_backward(x)",
+    ],
+)
+def test_a_needs_input_grad_read_in_forward_is_named_as_the_reason(check):
+    # A guard on ctx.needs_input_grad in forward (a covariance Function that refuses gradients
+    # for some inputs): the reason is the read, not the if block around it.
+    body = textwrap.indent(check, " " * 8)
+    source = (
+        "import torch\n\nclass F(torch.autograd.Function):\n    @staticmethod\n"
+        f"    def forward(ctx, x, w):\n{body}\n        return x * w\n\n"
+        "    @staticmethod\n    def backward(ctx, grad):\n        return None, grad\n"
+    )
+    (refusal,) = migrate_source(source, "case.py").refusals
+    assert refusal.reason == (
+        "forward reads ctx.needs_input_grad back, which forward does not set; use the value it "
+        "holds (an input's requires_grad for needs_input_grad) to let it through"
+    )

@@ -104,6 +104,8 @@ def _describe_ctx_use(name: cst.Name, parents: List[cst.CSTNode]) -> str:
             f"forward passes ctx to {callee}(); move what it does with ctx into forward "
             "(ctx calls and ctx.attr = ... there) to let it through"
         )
+    if isinstance(parent, cst.Attribute) and parent.attr.value == "needs_input_grad":
+        return _reads_back("needs_input_grad")  # the reason, wherever forward reads it
     kinds = [
         (
             (cst.For, cst.While),
@@ -136,12 +138,15 @@ def _describe_ctx_use(name: cst.Name, parents: List[cst.CSTNode]) -> str:
         if any(isinstance(node, types) for node in parents):
             return reason
     if isinstance(parent, cst.Attribute):
-        attr = parent.attr.value
-        return (
-            f"forward reads ctx.{attr} back, which forward does not set; use the value it "
-            "holds (an input's requires_grad for needs_input_grad) to let it through"
-        )
+        return _reads_back(parent.attr.value)
     return "forward uses ctx in a way migrate cannot move to setup_context"
+
+
+def _reads_back(attr: str) -> str:
+    return (
+        f"forward reads ctx.{attr} back, which forward does not set; use the value it "
+        "holds (an input's requires_grad for needs_input_grad) to let it through"
+    )
 
 
 def reads_attribute(statements: Sequence[cst.CSTNode], ctx: str, attr: str) -> bool:
