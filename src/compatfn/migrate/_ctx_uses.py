@@ -22,11 +22,13 @@ CTX_METHODS = {
     "mark_non_differentiable",
     "set_materialize_grads",
 }
-#: Calls that draw random numbers, matched anywhere in the called name (``np.random.choice``,
-#: ``torch.randperm``, ``rng.integers``, ``dist.sample``): their values stay in forward.
+#: Calls that draw random numbers or read the random state, matched anywhere in the called name
+#: (``np.random.choice``, ``torch.randperm``, ``rng.integers``, ``dist.sample``,
+#: ``torch.get_rng_state``, ``torch.utils.checkpoint.get_device_states``): their values stay in
+#: forward.
 RANDOM_CALL = re.compile(
     r"rand|bernoulli|multinomial|normal|uniform|dropout|rng|seed|exponential|geometric|cauchy|"
-    r"poisson|choice|permut|shuffle|sample|generator|gumbel|noise",
+    r"poisson|choice|permut|shuffle|sample|generator|gumbel|noise|device_states",
     re.IGNORECASE,
 )
 

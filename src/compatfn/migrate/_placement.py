@@ -64,6 +64,14 @@ class Placement:
         if self.cls is not None and self.cls in loaded_names(stmt):
             raise Refused(f"a ctx value is computed with {self.cls}", stmt)
         if isinstance(stmt, cst.If):
+            if draws_random(stmt):
+                raise Refused(
+                    "forward saves a random value (or the random state) under a condition, and "
+                    "setup_context runs after forward's draws; assign it to a name before the if "
+                    "(`state = torch.get_rng_state() if keep else None`) and save the name to "
+                    "let it through",
+                    stmt,
+                )
             self._classify_block(stmt, set(), earlier, later_assigned, later_mutated)
             return [], stmt
         assert isinstance(stmt, cst.SimpleStatementLine)
