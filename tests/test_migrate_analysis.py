@@ -544,3 +544,86 @@ def test_an_input_named_ctx_is_refused():
         "forward's first input is named ctx (its ctx parameter is self), which "
         "@compatfn.function would read as the legacy form; rename that input to let it through"
     ]
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        "if any(ctx.needs_input_grad[:1]):\n    raise ValueError('no gradient for x')",
+        "needs_grad = any(ctx.needs_input_grad)\nif needs_grad:\n    ctx.save_for_backward(x)",
+    ],
+)
+def test_a_needs_input_grad_read_in_forward_is_named_as_the_reason(check):
+    # A guard on ctx.needs_input_grad in forward (a covariance Function that refuses gradients
+    # for some inputs): the reason is the read, not the if block around it.
+    body = textwrap.indent(check, " " * 8)
+    source = (
+        "import torch\n\nclass F(torch.autograd.Function):\n    @staticmethod\n"
+        f"    def forward(ctx, x, w):\n{body}\n        return x * w\n\n"
+        "    @staticmethod\n    def backward(ctx, grad):\n        return None, grad\n"
+    )
+    (refusal,) = migrate_source(source, "case.py").refusals
+    assert refusal.reason == (
+        "forward reads ctx.needs_input_grad back, which forward does not set; use the value it "
+        "holds (an input's requires_grad for needs_input_grad) to let it through"
+    )
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        "ctx.cpu_state = torch.get_rng_state()",
+        "ctx.devices, ctx.states = torch.utils.checkpoint.get_device_states(x)",
+    ],
+)
+def test_the_random_state_read_under_a_condition_is_refused(read):
+    # memcnn's InvertibleCheckpointFunction and revlib's reversible Function read the random
+    # state under `if preserve_rng_state:` before forward draws (dropout); setup_context would
+    # read it after the draws, so backward's replay would differ.
+    source = f"""
+        import torch
+
+        class Replay(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, keep):
+                if keep:
+                    {read}
+                ctx.save_for_backward(x)
+                return torch.nn.functional.dropout(x, 0.5)
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad, None
+        """
+    (refusal,) = migrate_source(textwrap.dedent(source), "case.py").refusals
+    assert refusal.reason.startswith(
+        "forward saves a random value (or the random state) under a condition"
+    )
+
+
+@pytest.mark.parametrize("backward", ["*grads", "grad_a, grad_b"])
+def test_a_returned_name_that_holds_a_tuple_is_several_outputs(backward):
+    # memcnn's `outputs = tuple(...)`, returned: forward returns as many outputs as the tuple
+    # holds, so migrate cannot append intermediates after it (it used to append them to a
+    # one-element reading: `return outputs, x2`, a tuple inside the outputs).
+    source = f"""
+        import torch
+
+        class Pair(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                x2 = x * 2
+                outputs = tuple([x2.sin(), x2.cos()])
+                ctx.save_for_backward(x2)
+                return outputs
+
+            @staticmethod
+            def backward(ctx, {backward}):
+                return None
+        """
+    result = migrate_source(textwrap.dedent(source), "case.py")
+    assert result.migrated == []
+    (refusal,) = result.refusals
+    assert "forward returns an expression whose number of outputs migrate cannot read" in (
+        refusal.reason
+    )

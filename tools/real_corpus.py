@@ -85,6 +85,58 @@ LIBRARIES = (
         "torchdiffeq",
         tuple(f"tests/{n}_tests.py" for n in ("gradient", "event", "api")),
     ),
+    # The second run, on libraries chosen after the codemod's first real corpus.
+    # entmax's sdist cannot be built without torch: its tests are those of the v1.3 tag of
+    # github.com/deep-spin/entmax (`git archive v1.3`), unpacked as entmax-1.3.
+    # test_losses' gradchecks take minutes per test on a shared 2-core machine: one of its four
+    # (reduction, ignore_index) rows runs, for every loss Function.
+    Library(
+        "entmax",
+        "1.3",
+        "entmax-1.3",
+        "entmax",
+        (
+            "entmax/test_topk.py",
+            "entmax/test_mask.py",
+            "entmax/test_losses.py",
+            "-k",
+            "not test_loss or elementwise_mean-False",
+        ),
+    ),
+    Library(
+        "gpytorch",
+        "1.15.2",
+        "gpytorch-1.15.2",
+        "gpytorch",
+        tuple(
+            f"test/variational/test_{n}.py"
+            for n in (
+                "natural_variational_distribution",
+                "ciq_variational_strategy",
+                "large_batch_variational_strategy",
+                "variational_strategy",
+            )
+        ),
+    ),
+    Library(
+        "memcnn",
+        "1.5.2",
+        "memcnn-1.5.2",
+        "memcnn",
+        tuple(f"memcnn/models/tests/test_{n}.py" for n in ("couplings", "revop", "multi")),
+    ),
+    Library("qpth", "0.0.18", "qpth-0.0.18", "qpth", ()),
+    Library("revlib", "1.7.2", "revlib-1.7.2", "revlib", ("tests",)),
+    Library(
+        "torchsparsegradutils",
+        "0.2.7",
+        "torchsparsegradutils-0.2.7",
+        "torchsparsegradutils",
+        tuple(
+            f"torchsparsegradutils/tests/test_{n}.py"
+            for n in ("sparse_solve", "sparse_matmul", "sparse_lstsq", "jax_sparse_solve")
+        ),
+    ),
 )
 
 

@@ -22,11 +22,13 @@ CTX_METHODS = {
     "mark_non_differentiable",
     "set_materialize_grads",
 }
-#: Calls that draw random numbers, matched anywhere in the called name (``np.random.choice``,
-#: ``torch.randperm``, ``rng.integers``, ``dist.sample``): their values stay in forward.
+#: Calls that draw random numbers or read the random state, matched anywhere in the called name
+#: (``np.random.choice``, ``torch.randperm``, ``rng.integers``, ``dist.sample``,
+#: ``torch.get_rng_state``, ``torch.utils.checkpoint.get_device_states``): their values stay in
+#: forward.
 RANDOM_CALL = re.compile(
     r"rand|bernoulli|multinomial|normal|uniform|dropout|rng|seed|exponential|geometric|cauchy|"
-    r"poisson|choice|permut|shuffle|sample|generator|gumbel|noise",
+    r"poisson|choice|permut|shuffle|sample|generator|gumbel|noise|device_states",
     re.IGNORECASE,
 )
 
@@ -104,6 +106,8 @@ def _describe_ctx_use(name: cst.Name, parents: List[cst.CSTNode]) -> str:
             f"forward passes ctx to {callee}(); move what it does with ctx into forward "
             "(ctx calls and ctx.attr = ... there) to let it through"
         )
+    if isinstance(parent, cst.Attribute) and parent.attr.value == "needs_input_grad":
+        return _reads_back("needs_input_grad")  # the reason, wherever forward reads it
     kinds = [
         (
             (cst.For, cst.While),
@@ -160,11 +164,15 @@ def _describe_ctx_use(name: cst.Name, parents: List[cst.CSTNode]) -> str:
                 f"forward assigns ctx.{attr} together with other targets; write "
                 f"`ctx.{attr} = value` on a line of its own to let it through"
             )
-        return (
-            f"forward reads ctx.{attr} back, which forward does not set; use the value it "
-            "holds (an input's requires_grad for needs_input_grad) to let it through"
-        )
+        return _reads_back(attr)
     return "forward uses ctx in a way migrate cannot move to setup_context"
+
+
+def _reads_back(attr: str) -> str:
+    return (
+        f"forward reads ctx.{attr} back, which forward does not set; use the value it "
+        "holds (an input's requires_grad for needs_input_grad) to let it through"
+    )
 
 
 def reads_attribute(statements: Sequence[cst.CSTNode], ctx: str, attr: str) -> bool:

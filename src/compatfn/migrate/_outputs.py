@@ -46,7 +46,8 @@ def outputs(
         count: Optional[int] = len(names)
     else:
         names = [value.value if isinstance(value, cst.Name) else None]
-        count = 1 if isinstance(value, cst.Name) or grads == 1 else None
+        one = isinstance(value, cst.Name) and grads in (1, None) and not _holds_tuple(body, value)
+        count = 1 if one or grads == 1 else None
         if count is None:
             names = []
     for name in names:
@@ -54,6 +55,26 @@ def outputs(
             values.intermediates.remove(name)
             values.outputs.add(name)
     return names, count
+
+
+def _holds_tuple(body: Sequence[cst.BaseStatement], name: cst.Name) -> bool:
+    """Whether forward assigns ``name`` a tuple (a literal or ``tuple(...)``): returned, it is
+    several outputs, as many as the tuple holds (memcnn's ``outputs = tuple(...)``)."""
+    for stmt in body:
+        for node in walk(stmt):
+            if not isinstance(node, cst.Assign) or not any(
+                isinstance(t.target, cst.Name) and t.target.value == name.value
+                for t in node.targets
+            ):
+                continue
+            value = node.value
+            if isinstance(value, cst.Tuple) or (
+                isinstance(value, cst.Call)
+                and isinstance(value.func, cst.Name)
+                and value.func.value == "tuple"
+            ):
+                return True
+    return False
 
 
 def views_of_saved_inputs(

@@ -44,7 +44,9 @@ Refused (left untouched, reported as `path:line: Class: reason` on stderr, with 
 would let it through): ctx attributes forward does not set read back, or ctx passed to a
 helper inside forward; ctx used in loops, try blocks, other with blocks, nested functions, or
 in an if block whose condition tests a value forward computes; a ctx call inside a with block
-given a computed value (name it first) or a name the block assigns again after the call; early
+given a computed value (name it first) or a name the block assigns again after the call; a
+random value or the random state (torch.get_rng_state) set on ctx under a condition; a returned
+tuple (or name) whose length cannot be read, when intermediates follow it; early
 or bare returns next to ctx calls; keyword-only or **kwargs parameters; unknown forward
 decorators; super() calls other than `return super().forward(ctx, ...)` to a migrated class in
 the same file, and a backward that calls super(); a whole in-file class hierarchy when one of
