@@ -597,7 +597,7 @@ def test_the_random_state_read_under_a_condition_is_refused(read):
         """
     (refusal,) = migrate_source(textwrap.dedent(source), "case.py").refusals
     assert refusal.reason.startswith(
-        "forward saves a random value (or the random state) under a condition"
+        "forward sets a random ctx value under a condition"
     )
 
 
