@@ -596,9 +596,7 @@ def test_the_random_state_read_under_a_condition_is_refused(read):
                 return grad, None
         """
     (refusal,) = migrate_source(textwrap.dedent(source), "case.py").refusals
-    assert refusal.reason.startswith(
-        "forward sets a random ctx value under a condition"
-    )
+    assert refusal.reason.startswith("forward sets a random ctx value under a condition")
 
 
 @pytest.mark.parametrize("backward", ["*grads", "grad_a, grad_b"])

@@ -106,3 +106,37 @@ def test_classes_that_need_their_class_migrate_nested_or_on_one_line(name):
     assert "return Outer.Scaled._forward_impl(x)" in result.new_source
     old, new = _run(result.old_source, name), _run(result.new_source, name)
     assert all(torch.equal(a, b) for a, b in zip(old, new))
+
+
+@pytest.mark.parametrize(
+    ("header", "base"),
+    [
+        ("from torch.autograd.function import InplaceFunction as Base", "Base"),
+        ("from torch.autograd import NestedIOFunction", "NestedIOFunction"),
+        ("import torch.autograd.function as fn", "fn.InplaceFunction"),
+    ],
+)
+def test_torchs_other_function_bases_are_refused_not_skipped(header, base):
+    # --strict must fail while such a class stays legacy: it used to be neither migrated nor
+    # reported.
+    source = f"""
+import torch
+{header}
+
+
+class Drop({base}):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+"""
+    result = migrate_source(source, "case.py")
+    assert result.migrated == []
+    (refusal,) = result.refusals
+    assert refusal.name == "Drop"
+    assert "derives from torch's" in refusal.reason
+    assert "derive from torch.autograd.Function to let it through" in refusal.reason

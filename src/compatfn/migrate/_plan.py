@@ -32,6 +32,12 @@ from ._syntax import (
 )
 
 FUNCTION_BASES = {"torch.autograd.Function", "torch.autograd.function.Function"}
+#: torch's other Function bases: found (so that --strict sees them) and refused.
+OTHER_FUNCTION_BASES = {
+    "torch.autograd.function.InplaceFunction": "InplaceFunction",
+    "torch.autograd.function.NestedIOFunction": "NestedIOFunction",
+    "torch.autograd.NestedIOFunction": "NestedIOFunction",
+}
 AUTOGRAD_METHODS = ("forward", "backward", "jvp", "vjp", "vmap")
 
 
@@ -123,7 +129,11 @@ class Planner:
                     continue
                 qualified = self.names.qualify(base.value)
                 local = dotted(base.value)
-                if qualified in FUNCTION_BASES or local in known:
+                if (
+                    qualified in FUNCTION_BASES
+                    or qualified in OTHER_FUNCTION_BASES
+                    or local in known
+                ):
                     found.append(node)
                     known.add(node.name.value)
                     if local in known and local != node.name.value:
@@ -161,6 +171,13 @@ class Planner:
         return plan
 
     def _plan(self, plan: Plan) -> None:
+        for base in plan.node.bases:
+            other = OTHER_FUNCTION_BASES.get(self.names.qualify(base.value) or "")
+            if other is not None:
+                raise Refused(
+                    f"it derives from torch's {other}, which @compatfn.function does not "
+                    "adapt; derive from torch.autograd.Function to let it through"
+                )
         methods = methods_of(plan.node)
         if "setup_context" in methods:
             return  # already in the setup_context style

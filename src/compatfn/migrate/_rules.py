@@ -53,8 +53,9 @@ tuple (or name) whose length cannot be read, when intermediates follow it; early
 or bare returns next to ctx calls; keyword-only or **kwargs parameters; unknown forward
 decorators; super() calls other than `return super().forward(ctx, ...)` to a migrated class in
 the same file, and a backward that calls super(); a whole in-file class hierarchy when one of
-its classes is refused; every class of a file LibCST cannot write back byte for byte (a form
-feed inside a class, a CR-only file). Not seen: subclasses in other files (migrate them in the
+its classes is refused; a class deriving from torch's InplaceFunction or NestedIOFunction;
+every class of a file LibCST cannot write back byte for byte (a form feed inside a class, a
+CR-only file). Not seen: subclasses in other files (migrate them in the
 same run, or they keep calling the old forward(ctx, ...)).
 """
 
