@@ -44,23 +44,23 @@ __all__ = ["FastCustomOpDef", "install_call", "op_class"]
 # needs the dispatcher: dynamo tracing (first: under dynamo the call is the operator, one node;
 # non-strict torch.export runs under dispatch modes), dispatch modes (FakeTensorMode,
 # FlopCounterMode, TorchDispatchMode), torch.func transforms, forward-mode AD (``dual_level``),
-# TorchFunctionModes, the TorchScript tracer, a profiler (it records the op by name), autocast
-# once the op has an autocast rule (``register_autocast``; without one the dispatcher's autocast
-# keys fall through, so the call is the same), inference mode where torch's Autograd kernel always
-# runs its Function (``AUTOGRAD_KERNEL_ALWAYS_APPLIES``). The short path does what torch's kernels do: with
-# an input requiring grad (or always, where torch does) it runs a legacy autograd Function named as
-# torch's (``GeneratedBackwardFor_<ns>_<name>_default``) whose forward runs the kernel and the
-# registered setup_context and whose backward IS torch's (``torch_autograd_backward``: its checks
-# and errors), given the arguments torch's Autograd kernel gets (the dispatcher leaves out trailing
-# arguments equal to their defaults, and backward's ``ctx.needs_input_grad`` shows it); else the
-# kernel alone, whose outputs are then detached where they require grad (torch runs it below
-# autograd: a captured parameter is recorded nowhere). torch's aliasing rule: a single output
+# TorchFunctionModes, the TorchScript tracer, a profiler (it records the op by name), autocast once
+# the op has an autocast rule (``register_autocast``; without one the dispatcher's autocast keys
+# fall through, so the call is the same), inference mode where torch's Autograd kernel always runs
+# its Function (``AUTOGRAD_KERNEL_ALWAYS_APPLIES``). The short path does what torch's kernels do:
+# with an input requiring grad (or always, where torch does) it runs a legacy autograd Function
+# named as torch's (``GeneratedBackwardFor_<ns>_<name>_default``) whose forward runs the kernel and
+# the registered setup_context and whose backward IS torch's (``torch_autograd_backward``: its
+# checks and errors), given the arguments torch's Autograd kernel gets (the dispatcher leaves out
+# trailing arguments equal to their defaults, and backward's ``ctx.needs_input_grad`` shows it);
+# else the kernel alone, whose outputs are then detached where they require grad (torch runs it
+# below autograd: a captured parameter is recorded nowhere). torch's aliasing rule: a single output
 # sharing no storage with any input passes at once; anything else is checked in full, and an output
 # that breaks the rule, or is not what the schema returns, makes the call go through the dispatcher
 # again, so that torch itself raises its own error (the kernel runs twice there: ops on this path do
 # not mutate their inputs). Every registration method that changes what the short path runs
-# (register_kernel, register_autograd, register_autocast) regenerates the call; a kernel or
-# autocast rule registered under the operator's name without the op object (``torch.library.impl``,
+# (register_kernel, register_autograd, register_autocast) regenerates the call; a kernel or autocast
+# rule registered under the operator's name without the op object (``torch.library.impl``,
 # ``Library.impl``) is not seen by it.
 
 _MISSING: Any = type("MissingArgument", (), {"__repr__": lambda self: "<missing>"})()
