@@ -251,13 +251,15 @@ MODES = [
 @pytest.mark.parametrize("mode", MODES)
 def test_what_needs_the_dispatcher_gets_it(mode):
     make_mode = dict(_modes())[mode]
-    ours, _ = pair()
+    ours, control = pair()
     spy = spied(ours)
     x = torch.ones(2, requires_grad=True)
     with make_mode():
-        ours(x)
-    # inference mode needs no dispatcher: the short path runs the kernel alone, as torch does
-    assert spy.calls == (0 if mode == "inference_mode" else 1)
+        got, want = ours(x), control(x)
+    assert torch.equal(got, want) and got.dtype == want.dtype
+    # inference mode needs no dispatcher: the short path runs the kernel alone, as torch does;
+    # autocast needs it only for an op with an autocast rule (test_autocast_rule)
+    assert spy.calls == (0 if mode in ("inference_mode", "autocast") else 1)
 
 
 def _seen(x: torch.Tensor) -> torch.Tensor:
@@ -391,13 +393,19 @@ def test_flop_counter_fake_tensors_meta_and_subclasses():
 def test_autocast_rule():
     if not hasattr(torch.library, "register_autocast"):
         pytest.skip("register_autocast: torch >= 2.5 (torch 2.4's CustomOpDef has none)")
-    ours, control = pair(autograd=False)
-    for op in (ours, control):
-        op.register_autocast("cpu", torch.bfloat16)
     x = torch.ones(2)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert ours(x).dtype == control(x).dtype == torch.bfloat16
-    assert ours(x).dtype == torch.float32
+    for by_name in (False, True):
+        ours, control = pair(autograd=False)
+        for op in (ours, control):
+            if by_name:  # torch.library's function hands it to the op object
+                torch.library.register_autocast(op._qualname, "cpu", torch.bfloat16)
+            else:
+                op.register_autocast("cpu", torch.bfloat16)
+        spy = spied(ours)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert ours(x).dtype == control(x).dtype == torch.bfloat16
+        assert spy.calls > 0  # the dispatcher (torch's autocast kernel calls the op again)
+        assert ours(x).dtype == torch.float32
 
 
 def test_vmap_rule_and_transforms():
@@ -469,14 +477,14 @@ def test_torch_private_facts_hold():
     always_applies = TORCH_MINOR < (2, 5)  # measured on 2.4, 2.5, 2.8, 2.15
     assert always_applies == _facts.AUTOGRAD_KERNEL_ALWAYS_APPLIES
     assert _facts.autograd_profiler._is_profiler_enabled is False
-    assert _facts.tracing_state() is None
+    assert _facts.is_tracing() is False
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
         assert _facts.autograd_profiler._is_profiler_enabled is True
     with torch.autograd.profiler.profile():
         assert _facts.autograd_profiler._is_profiler_enabled is True
     traced = []
-    torch.jit.trace(lambda t: traced.append(_facts.tracing_state()) or t * 2, (torch.ones(1),))
-    assert traced[0] is not None
+    torch.jit.trace(lambda t: traced.append(_facts.is_tracing()) or t * 2, (torch.ones(1),))
+    assert traced[0] is True  # (torch.jit.trace runs it again untraced, to check)
     assert _facts.torch_function_mode_enabled() is False
     if hasattr(torch._C, "_is_any_autocast_enabled"):
         with torch.autocast("cpu"):

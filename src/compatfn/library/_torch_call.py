@@ -19,10 +19,10 @@ from compatfn.library._facts import (
     dispatch_mode_count,
     forward_ad,
     is_alias_of,
+    is_tracing,
     storage_id,
     torch_autograd_backward,
     torch_function_mode_enabled,
-    tracing_state,
 )
 from compatfn.library._infer_schema import _resolve
 from compatfn.library._utils import aliases_any, distinct_storage_source, legacy_function_class
@@ -44,22 +44,24 @@ __all__ = ["FastCustomOpDef", "install_call", "op_class"]
 # needs the dispatcher: dynamo tracing (first: under dynamo the call is the operator, one node;
 # non-strict torch.export runs under dispatch modes), dispatch modes (FakeTensorMode,
 # FlopCounterMode, TorchDispatchMode), torch.func transforms, forward-mode AD (``dual_level``),
-# TorchFunctionModes, the TorchScript tracer, a profiler (it records the op by name), autocast
-# (where the op's autocast rule runs), inference mode where torch's Autograd kernel always runs its
-# Function (``AUTOGRAD_KERNEL_ALWAYS_APPLIES``). The short path does what torch's kernels do: with
-# an input requiring grad (or always, where torch does) it runs a legacy autograd Function named as
-# torch's (``GeneratedBackwardFor_<ns>_<name>_default``) whose forward runs the kernel and the
-# registered setup_context and whose backward IS torch's (``torch_autograd_backward``: its checks
-# and errors), given the arguments torch's Autograd kernel gets (the dispatcher leaves out trailing
-# arguments equal to their defaults, and backward's ``ctx.needs_input_grad`` shows it); else the
-# kernel alone, whose outputs are then detached where they require grad (torch runs it below
-# autograd: a captured parameter is recorded nowhere). torch's aliasing rule: a single output
+# TorchFunctionModes, the TorchScript tracer, a profiler (it records the op by name), autocast once
+# the op has an autocast rule (``register_autocast``; without one the dispatcher's autocast keys
+# fall through, so the call is the same), inference mode where torch's Autograd kernel always runs
+# its Function (``AUTOGRAD_KERNEL_ALWAYS_APPLIES``). The short path does what torch's kernels do:
+# with an input requiring grad (or always, where torch does) it runs a legacy autograd Function
+# named as torch's (``GeneratedBackwardFor_<ns>_<name>_default``) whose forward runs the kernel and
+# the registered setup_context and whose backward IS torch's (``torch_autograd_backward``: its
+# checks and errors), given the arguments torch's Autograd kernel gets (the dispatcher leaves out
+# trailing arguments equal to their defaults, and backward's ``ctx.needs_input_grad`` shows it);
+# else the kernel alone, whose outputs are then detached where they require grad (torch runs it
+# below autograd: a captured parameter is recorded nowhere). torch's aliasing rule: a single output
 # sharing no storage with any input passes at once; anything else is checked in full, and an output
 # that breaks the rule, or is not what the schema returns, makes the call go through the dispatcher
 # again, so that torch itself raises its own error (the kernel runs twice there: ops on this path do
 # not mutate their inputs). Every registration method that changes what the short path runs
-# (register_kernel, register_autograd) regenerates the call; a kernel registered under the
-# operator's name without the op object (``torch.library.impl``) is not seen by it.
+# (register_kernel, register_autograd, register_autocast) regenerates the call; a kernel or autocast
+# rule registered under the operator's name without the op object (``torch.library.impl``,
+# ``Library.impl``) is not seen by it.
 
 _MISSING: Any = type("MissingArgument", (), {"__repr__": lambda self: "<missing>"})()
 _SCALARS = (int, float, bool, str, torch.dtype, torch.device)
@@ -143,7 +145,7 @@ def _autograd_class(opdef: Any, names: List[str], given: int, g: Dict[str, Any])
     return legacy_function_class(name, forward, torch_autograd_backward(opdef), __name__)
 
 
-def _probes(g: Dict[str, Any]) -> List[str]:
+def _probes(opdef: Any, g: Dict[str, Any]) -> List[str]:
     """What sends this op's call through the dispatcher (the source of each test; ``g`` gets the
     names they use), dynamo first (a constant True while it traces; non-strict torch.export runs
     the code under dispatch modes)."""
@@ -152,9 +154,10 @@ def _probes(g: Dict[str, Any]) -> List[str]:
         dispatch_mode_count,
         transforms_active,
         torch_function_mode_enabled,
-        tracing_state,
-        any_autocast_enabled,  # an autocast rule (register_autocast) runs in the dispatcher
+        is_tracing,
     ]
+    if opdef.__dict__.get("_compatfn_autocast_rule"):  # it runs in the dispatcher
+        probes.append(any_autocast_enabled)
     g.update({f"probe{i}": p for i, p in enumerate(probes)})
     g["autograd_profiler"] = autograd_profiler
     g["forward_ad"] = forward_ad
@@ -171,7 +174,7 @@ def _short_path_lines(
     its body."""
     names = [n for n, _ in kinds]
     tensors = [n for n, kind in kinds if kind is None]
-    test = [f"not ({' or '.join(_probes(g))})"]
+    test = [f"not ({' or '.join(_probes(opdef, g))})"]
     test.append("not ($args or $kwargs)")
     # Tensors the dispatcher would hand to another kernel or fallback first, or that torch's own
     # checks treat apart: other layouts (sparse, mkldnn: torch 2.4-2.8 cannot read their
@@ -364,6 +367,14 @@ class FastCustomOpDef(_Base):  # type: ignore[misc,valid-type]
     def register_autograd(self, *args: Any, **kwargs: Any) -> None:
         _Base.register_autograd(self, *args, **kwargs)
         install_call(self)
+
+    if hasattr(_Base, "register_autocast"):  # torch >= 2.5
+
+        def register_autocast(self, *args: Any, **kwargs: Any) -> Any:
+            result = _Base.register_autocast(self, *args, **kwargs)
+            self._compatfn_autocast_rule = True
+            install_call(self)
+            return result
 
 
 def op_class(base: Any) -> Any:
