@@ -12,7 +12,7 @@ from compatfn.library import _registration
 from compatfn.library._autocast import autocast_dtype, call_autocast
 from compatfn.library._autograd import Call, autograd_function
 from compatfn.library._convert import conversions
-from compatfn.library._facts import DISPATCHER_PROBES, tracing_state
+from compatfn.library._facts import DISPATCHER_PROBES, is_tracing
 from compatfn.library._fast_call import generated_call
 from compatfn.library._infer_schema import (
     check_given_schema,
@@ -201,7 +201,7 @@ class CustomOp:
         if autocast is not None:
             return call_autocast(self, inputs, keyword_only, autocast)
         if (torch.is_grad_enabled() and any(t.requires_grad for t in tensors_in(inputs))) or (
-            self._opoverload is None and tracing_state() is not None
+            self._opoverload is None and is_tracing()
         ):  # See NOTE: [tracing without a dispatcher]
             flat, layout = flatten(inputs)
             output = fn.apply(Call(layout, keyword_only), *flat)

@@ -226,7 +226,7 @@ DISPATCHER_PROBES: Tuple[Callable[[], Any], ...] = tuple(
         (is_compiling, HAS_IS_COMPILING),
         (dispatch_mode_count, True),
         (transforms_active, HAS_FUNCTORCH),
-        (tracing_state, True),
+        (is_tracing, True),
     )
     if present
 )

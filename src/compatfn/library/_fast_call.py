@@ -14,8 +14,8 @@ from compatfn.library._facts import (
     DISPATCHER_PROBES,
     HAS_META_DEVICE,
     is_alias_of,
+    is_tracing,
     storage_id,
-    tracing_state,
 )
 from compatfn.library._utils import distinct_storage_source
 
@@ -88,8 +88,8 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         probes = " or ".join(f"$probe{i}()" for i in range(len(DISPATCHER_PROBES)))
         plain.append(f"not ({probes})")
     else:  # See NOTE: [tracing without a dispatcher]
-        globals_["tracing_state"] = tracing_state
-        plain.append("$tracing_state() is None")
+        globals_["is_tracing"] = is_tracing
+        plain.append("not $is_tracing()")
     # Tensor subclasses, torch.fx proxies and wrong arguments take the general path.
     plain += [f"(type({t}) is $Tensor or type({t}) is $Parameter)" for t in tensors]
     if HAS_META_DEVICE:  # meta tensors get the fake kernel, or torch's error

@@ -171,8 +171,8 @@ class Planner:
         return plan
 
     def _plan(self, plan: Plan) -> None:
-        for base in plan.node.bases:
-            other = OTHER_FUNCTION_BASES.get(self.names.qualify(base.value) or "")
+        for arg in plan.node.bases:
+            other = OTHER_FUNCTION_BASES.get(self.names.qualify(arg.value) or "")
             if other is not None:
                 raise Refused(
                     f"it derives from torch's {other}, which @compatfn.function does not "
