@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from typing import Optional, Sequence
 
 import pytest
@@ -61,4 +62,6 @@ def test_number_is_a_scalar():
     schema = library.infer_schema(f, mutates_args=())
     assert schema == "(Tensor x, Scalar n, Scalar? m=None, Scalar k=2) -> Scalar"
     if hasattr(getattr(torch, "library", None), "infer_schema"):
+        # Evaluated annotations: torch 2.5-2.6 cannot resolve this module's string "Number".
+        f.__annotations__ = typing.get_type_hints(f)
         assert schema == torch.library.infer_schema(f, mutates_args=())
