@@ -718,10 +718,10 @@ def test_the_random_state_under_a_condition_stays_refused_where_it_cannot_move(b
 
 
 @pytest.mark.parametrize("backward", ["*grads", "grad_a, grad_b"])
-def test_a_returned_name_that_holds_a_tuple_is_several_outputs(backward):
-    # memcnn's `outputs = tuple(...)`, returned: forward returns as many outputs as the tuple
-    # holds, so migrate cannot append intermediates after it (it used to append them to a
-    # one-element reading: `return outputs, x2`, a tuple inside the outputs).
+def test_a_returned_name_that_holds_a_tuple_stays_one_item_before_the_intermediates(backward):
+    # memcnn's `outputs = tuple(...)`, returned: as many outputs as the tuple holds, so forward
+    # returns `outputs, x2` and torch receives `outputs` as before (see NOTE: [outputs of
+    # unknown number]).
     source = f"""
         import torch
 
@@ -735,11 +735,81 @@ def test_a_returned_name_that_holds_a_tuple_is_several_outputs(backward):
 
             @staticmethod
             def backward(ctx, {backward}):
-                return None
+                (x2,) = ctx.saved_tensors
+                grad_a, grad_b = {"grads" if backward == "*grads" else "grad_a, grad_b"}
+                return 2 * (grad_a * x2.cos() - grad_b * x2.sin())
         """
-    result = migrate_source(textwrap.dedent(source), "case.py")
-    assert result.migrated == []
-    (refusal,) = result.refusals
-    assert "forward returns an expression whose number of outputs migrate cannot read" in (
-        refusal.reason
+    new = assert_same_behaviour(
+        textwrap.dedent(source), "Pair", torch.randn(3, dtype=torch.float64)
     )
+    assert "return outputs, x2\n" in new and "_, x2 = output\n" in new
+
+
+STARRED_OUTPUTS = """
+import torch
+
+
+class Solve(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, y0, n):
+        ys = y0.exp()
+        extra = tuple(ys * i for i in range(int(n)))
+        ctx.save_for_backward(ys)
+        return {returned}
+
+    @staticmethod
+    def backward(ctx, grad_ys, *grad_extra):
+        (ys,) = ctx.saved_tensors
+        return grad_ys * ys + sum(g * ys * i for i, g in enumerate(grad_extra)), None
+"""
+
+
+@pytest.mark.parametrize("returned", ["(ys, *extra)", "ys, *extra"])
+@pytest.mark.parametrize("n", [0, 2])
+def test_a_starred_return_stays_one_item_before_the_intermediates(returned, n):
+    # torchsde's `return (ys, *extra_solver_state)`: with no extra state torch received a tuple
+    # of one tensor; appending the intermediates after it would hand torch `ys` alone.
+    source = STARRED_OUTPUTS.format(returned=returned)
+    result = migrate(source)
+    assert result.migrated == ["Solve"]
+    assert "return (ys, *extra), ys\n" in result.new_source
+    runs = []
+    start = torch.randn(3, dtype=torch.float64)
+    for text in (result.old_source, result.new_source):
+        y0 = start.clone().requires_grad_()
+        out = load(text)["Solve"].apply(y0, torch.tensor(float(n)))
+        assert isinstance(out, tuple) and len(out) == 1 + n
+        runs.append((out, torch.autograd.grad(sum(o.sum() for o in out), y0)))
+    (out_a, grad_a), (out_b, grad_b) = runs
+    assert all(torch.equal(a, b) for a, b in zip(out_a, out_b))
+    assert torch.equal(grad_a[0], grad_b[0])
+
+
+def test_a_one_element_tuple_stays_a_tuple():
+    # `return (y,)`: torch returns a tuple of one tensor; setup_context unpacks it as one (it
+    # used to bind y to the tuple and fail in save_for_backward), and with intermediates the
+    # tuple stays one item before them.
+    source = """
+        import torch
+
+        class One(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                y = x.exp()
+                s = y.sum()
+                ctx.save_for_backward(y)
+                ctx.total = s * 2
+                return (y,)
+
+            @staticmethod
+            def backward(ctx, grad):
+                (y,) = ctx.saved_tensors
+                return grad * y + 0 * ctx.total
+        """
+    new = assert_same_behaviour(textwrap.dedent(source), "One", torch.randn(3, dtype=torch.float64))
+    assert "return (y,), s\n" in new
+    plain = source.replace("                ctx.total = s * 2\n", "").replace(
+        " + 0 * ctx.total", ""
+    )
+    new = assert_same_behaviour(textwrap.dedent(plain), "One", torch.randn(3, dtype=torch.float64))
+    assert "(y,) = output\n" in new

@@ -7,7 +7,10 @@ query's shape), torch/utils/checkpoint.py (CheckpointFunction: ``torch.get_rng_s
 ctx before forward draws random numbers, under ``if preserve_rng_state:`` with the CUDA states
 under ``if torch.cuda._initialized:``, as memcnn's InvertibleCheckpointFunction copies it),
 revlib's reversible Function (the CUDA states under an input flag, tested with hasattr in
-backward) and fla's fused dropout kernels (a seed drawn in forward). Written for compatfn's tests.
+backward), torchsde's adjoint (``return (ys, *extra_solver_state)``, no extra state for most
+solvers), memcnn's ``outputs = tuple(...)`` returned, torch's CheckpointFunction again (ctx
+attributes built in a loop over the arguments, a generator's tuple returned), and fla's fused dropout kernels (a seed
+drawn in forward). Written for compatfn's tests.
 """
 
 import compatfn
@@ -224,6 +227,69 @@ class PermutedRowsNoise(Function):
         return grad * (1 + noise), None
 
 
+@compatfn.function(intermediates=1)
+class SolverWithExtraState(Function):
+    @staticmethod
+    def forward(y0, extra_count):
+        ys = y0.exp()
+        extra = tuple(ys * (i + 2) for i in range(extra_count))
+        return (ys, *extra), ys  # a tuple of one tensor when there is no extra state
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, ys = output
+        ctx.save_for_backward(ys)
+
+    @staticmethod
+    def backward(ctx, grad_ys, *grad_extra):
+        (ys,) = ctx.saved_tensors
+        scale = grad_ys + sum((g * (i + 2) for i, g in enumerate(grad_extra)), torch.zeros(()))
+        return ys * scale, None
+
+
+@compatfn.function(intermediates=1)
+class TupleOfParts(Function):
+    @staticmethod
+    def forward(x, parts):
+        x2 = x * 2
+        outputs = tuple([x2.sin() * (i + 1) for i in range(parts)])
+        return outputs, x2
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, x2 = output
+        ctx.save_for_backward(x2)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        (x2,) = ctx.saved_tensors
+        return 2 * x2.cos() * sum(g * (i + 1) for i, g in enumerate(grads)), None
+
+
+@compatfn.function(intermediates=1)
+class TensorIndicesLoop(torch.autograd.Function):
+    @staticmethod
+    def forward(scale, first, second):
+        tensor_indices = []
+        args = (first, second)
+        for index, arg in enumerate(args):
+            if torch.is_tensor(arg):
+                tensor_indices.append(index)
+        return tuple(a * scale for a in args), tensor_indices
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        scale, _, _ = inputs
+        _, tensor_indices = output
+        ctx.scale = scale
+        ctx.tensor_indices = tensor_indices
+
+    @staticmethod
+    def backward(ctx, grad_first, grad_second):
+        grads = (grad_first * ctx.scale, grad_second * ctx.scale)
+        return (None, *(g if i in ctx.tensor_indices else None for i, g in enumerate(grads)))
+
+
 def _randn(*shape):
     return torch.randn(*shape, dtype=torch.float64, requires_grad=True)
 
@@ -236,5 +302,9 @@ CASES = {
     "CheckpointedDropout": lambda: ((_randn(4, 6),), (0.4, True)),
     "ReversibleNoise": lambda: ((_randn(5),), (0.3, False)),
     "PermutedRowsNoise": lambda: ((_randn(3, 4),), (True,)),
+    "SolverWithExtraState": lambda: ((_randn(4),), (0,)),
+    "TupleOfParts": lambda: ((_randn(4),), (1,)),
+    "TensorIndicesLoop": lambda: ((_randn(3), _randn(2)), ()),
 }
+LEADING = {"TensorIndicesLoop": (3.0,)}  # non-tensor inputs before the tensors
 REFUSED = {}
