@@ -700,6 +700,16 @@ def test_a_random_condition_of_ctx_statements_is_drawn_in_forward():
             "random state; assign it to a name before the if and pass the name to let it through",
         ),
         (
+            "if ctx.needs_input_grad[0]:\n    ctx.state = torch.get_rng_state()",
+            "forward reads ctx in an if block that reads the random state; compute the value "
+            "into a name before the if to let it through",
+        ),
+        (
+            "ctx.k = 2\nif keep:\n    ctx.state = torch.get_rng_state()[: ctx.k]",
+            "forward reads ctx in an if block that reads the random state; compute the value "
+            "into a name before the if to let it through",
+        ),
+        (
             "if keep:\n    ctx.state = torch.get_rng_state()\n    ctx.a = ctx.b = x.sum()",
             "forward sets ctx attributes under a condition that reads the random state in a way "
             "migrate cannot move; write one `ctx.attr = value` per line to let it through",

@@ -83,6 +83,8 @@ class _Lifter:
         forward: List[cst.BaseStatement] = []
         setup: List[cst.BaseStatement] = []
         test = node.test if isinstance(node, cst.If) else None
+        if test is not None:
+            self.refuse_ctx_read(test, node)
         if test is not None and not self.reevaluable(test):
             flag = fresh_name(_flag_base(test), self.taken)
             self.start_false.append(flag)
@@ -108,6 +110,15 @@ class _Lifter:
                 forward_node = forward_node.with_changes(orelse=None if empty else f_else)
                 setup_node = setup_node.with_changes(orelse=s_else)
         return forward_node, setup_node
+
+    def refuse_ctx_read(self, expr: cst.BaseExpression, where: cst.CSTNode) -> None:
+        """forward evaluates ``expr``: it has no ctx to read."""
+        if self.ctx in loaded_names(expr):
+            raise Refused(
+                "forward reads ctx in an if block that reads the random state; compute the "
+                "value into a name before the if to let it through",
+                where,
+            )
 
     def statement(self, stmt: cst.BaseStatement) -> tuple:
         """(forward's statements, setup_context's statements) for one ctx statement."""
@@ -137,6 +148,7 @@ class _Lifter:
             )
         if _constant(small.value):
             return [], [stmt]
+        self.refuse_ctx_read(small.value, stmt)
         target = small.targets[0].target
         attributes = (
             [e.value for e in target.elements] if isinstance(target, cst.Tuple) else [target]

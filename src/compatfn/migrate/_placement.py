@@ -137,7 +137,7 @@ class Placement:
         reads the random state (see NOTE: [random state under a condition])."""
         later_assigned, later_mutated = self._later(index)
         earlier = self._earlier_assigned(index)
-        changed = earlier | later_assigned | later_mutated
+        changed = earlier | later_assigned | self._changed_later(index)
 
         def reevaluable(test: cst.BaseExpression) -> bool:
             names = loaded_names(test)
