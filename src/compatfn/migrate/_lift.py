@@ -165,9 +165,9 @@ class _Lifter:
         self.start_none += names
         self.lift.intermediates += names
         joined = ", ".join(names)
-        kept = stmt.with_changes(
-            body=[small.with_changes(targets=[cst.AssignTarget(cst.parse_expression(joined))])]
-        )
+        locals_ = cst.parse_expression(joined)
+        assert isinstance(locals_, (cst.Name, cst.Tuple))
+        kept = stmt.with_changes(body=[small.with_changes(targets=[cst.AssignTarget(locals_)])])
         moved = cst.SimpleStatementLine(  # comments stay with the value, in forward
             [small.with_changes(value=cst.parse_expression(joined))]
         )
