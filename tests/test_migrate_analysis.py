@@ -377,11 +377,12 @@ def test_a_starred_list_saved_before_it_changes(arg, after):
                 @staticmethod
                 def forward(ctx, x):
                     if x.requires_grad:
-                        ctx.noise = torch.rand(3)
+                        scale = x.abs().max()
+                        ctx.noise = torch.rand(3) * scale
                     return x + torch.rand(3)
             """,
-            "forward sets a random ctx value under a condition; draw it into a name before the "
-            "block and pass the name to let it through",
+            "forward reads the random state (or draws) for ctx inside an if block that also "
+            "computes values; compute those values before the if to let it through",
         ),
         (
             """
@@ -569,41 +570,168 @@ def test_a_needs_input_grad_read_in_forward_is_named_as_the_reason(check):
     )
 
 
+RANDOM_STATE_UNDER_A_CONDITION = """
+import random
+from random import getstate
+
+import torch
+
+
+class Replay(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        if x.requires_grad:  # a condition forward evaluates (not a plain test of an input)
+            ctx.state = {read}
+            if w.dim() > 1:
+                ctx.wide = True
+        ctx.save_for_backward(x, w)
+        return x * w * {draw}
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        current = {save}
+        {restore}(ctx.state)
+        replay = {draw}
+        {restore}(current)
+        assert not hasattr(ctx, "wide")
+        return grad * w * replay, grad * x * replay
+"""
+
+
 @pytest.mark.parametrize(
-    "read",
+    "read, draw, save, restore",
     [
-        "ctx.cpu_state = torch.get_rng_state()",
-        "ctx.devices, ctx.states = torch.utils.checkpoint.get_device_states(x)",
+        ("torch.get_rng_state()", "torch.rand(())", "torch.get_rng_state()", "torch.set_rng_state"),
+        ("random.getstate()", "random.random()", "random.getstate()", "random.setstate"),
+        ("getstate()", "random.random()", "getstate()", "random.setstate"),
     ],
 )
-def test_the_random_state_read_under_a_condition_is_refused(read):
-    # memcnn's InvertibleCheckpointFunction and revlib's reversible Function read the random
-    # state under `if preserve_rng_state:` before forward draws (dropout); setup_context would
-    # read it after the draws, so backward's replay would differ.
-    source = f"""
+def test_the_random_state_read_under_a_condition_stays_in_forward(read, draw, save, restore):
+    # torch's CheckpointFunction pattern (memcnn, revlib): the state is read under a condition
+    # before forward draws; setup_context would read it after the draws, so forward reads it
+    # (see NOTE: [random state under a condition]) and an attribute never set stays unset.
+    import random
+
+    source = RANDOM_STATE_UNDER_A_CONDITION.format(read=read, draw=draw, save=save, restore=restore)
+
+    def seed_all(seed: int) -> None:
+        random.seed(seed)
+        torch.manual_seed(seed)
+
+    for seed in range(3):
+        new = assert_same_behaviour(
+            source,
+            "Replay",
+            torch.randn(3, dtype=torch.float64),
+            torch.randn(3, dtype=torch.float64),
+            seed=lambda seed=seed: seed_all(seed),
+        )
+    assert f"        state = {read}\n" in new  # read in forward, at its place
+    assert "requires_grad = True\n" in new  # the condition, evaluated in forward
+    assert "            if w.dim() > 1:\n" in new.split("def setup_context")[0]
+
+
+def test_the_cuda_random_state_stays_in_forward_under_its_condition():
+    # torch.cuda.get_rng_state() initializes CUDA: it runs only where forward ran it, and
+    # setup_context tests the flag forward recorded.
+    source = """
         import torch
 
         class Replay(torch.autograd.Function):
             @staticmethod
-            def forward(ctx, x, keep):
-                if keep:
-                    {read}
-                ctx.save_for_backward(x)
+            def forward(ctx, x):
+                if torch.cuda.is_initialized():
+                    ctx.cuda_state = torch.cuda.get_rng_state()
                 return torch.nn.functional.dropout(x, 0.5)
 
             @staticmethod
             def backward(ctx, grad):
-                return grad, None
+                return grad
         """
-    (refusal,) = migrate_source(textwrap.dedent(source), "case.py").refusals
-    assert refusal.reason.startswith("forward sets a random ctx value under a condition")
+    result = migrate(source)
+    assert result.migrated == ["Replay"]
+    forward, setup = result.new_source.split("def setup_context")
+    assert "cuda_state = torch.cuda.get_rng_state()" in forward
+    assert "if cuda_is_initialized:\n            ctx.cuda_state = cuda_state\n" in setup
+
+
+def test_a_random_condition_of_ctx_statements_is_drawn_in_forward():
+    # setup_context used to draw the condition again, after forward's own draw.
+    source = """
+        import torch
+
+        class Flip(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                if torch.rand(()) < 0.5:
+                    ctx.flip = True
+                return x * torch.rand(())
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * (2 if hasattr(ctx, "flip") else 1)
+        """
+    for seed in range(6):  # both branches
+        assert_same_behaviour(
+            source,
+            "Flip",
+            torch.randn(3, dtype=torch.float64),
+            seed=lambda s=seed: torch.manual_seed(s),
+        )
+
+
+@pytest.mark.parametrize(
+    "block, reason",
+    [
+        (
+            "if torch.rand(()) < 0.5:\n    y = x * 2\n    ctx.save_for_backward(y)",
+            "forward draws a random number in the condition of an if block that uses ctx and "
+            "computes values; draw it into a name before the if to let it through",
+        ),
+        (
+            "if keep:\n    device = x.device\n    ctx.state = torch.get_rng_state()",
+            "forward reads the random state (or draws) for ctx inside an if block that also "
+            "computes values; compute those values before the if to let it through",
+        ),
+        (
+            "if keep:\n    ctx.state = torch.get_rng_state()\n    ctx.save_for_backward(x * 2)",
+            "forward passes a computed value to a ctx call under a condition that reads the "
+            "random state; assign it to a name before the if and pass the name to let it through",
+        ),
+        (
+            "if ctx.needs_input_grad[0]:\n    ctx.state = torch.get_rng_state()",
+            "forward reads ctx in an if block that reads the random state; compute the value "
+            "into a name before the if to let it through",
+        ),
+        (
+            "ctx.k = 2\nif keep:\n    ctx.state = torch.get_rng_state()[: ctx.k]",
+            "forward reads ctx in an if block that reads the random state; compute the value "
+            "into a name before the if to let it through",
+        ),
+        (
+            "if keep:\n    ctx.state = torch.get_rng_state()\n    ctx.a = ctx.b = x.sum()",
+            "forward sets ctx attributes under a condition that reads the random state in a way "
+            "migrate cannot move; write one `ctx.attr = value` per line to let it through",
+        ),
+    ],
+)
+def test_the_random_state_under_a_condition_stays_refused_where_it_cannot_move(block, reason):
+    body = textwrap.indent(block, " " * 8)
+    source = (
+        "import torch\n\nclass Replay(torch.autograd.Function):\n    @staticmethod\n"
+        f"    def forward(ctx, x, keep):\n{body}\n"
+        "        return torch.nn.functional.dropout(x, 0.5)\n"
+    )
+    (refusal,) = migrate_source(source, "case.py").refusals
+    assert refusal.reason == reason
 
 
 @pytest.mark.parametrize("backward", ["*grads", "grad_a, grad_b"])
-def test_a_returned_name_that_holds_a_tuple_is_several_outputs(backward):
-    # memcnn's `outputs = tuple(...)`, returned: forward returns as many outputs as the tuple
-    # holds, so migrate cannot append intermediates after it (it used to append them to a
-    # one-element reading: `return outputs, x2`, a tuple inside the outputs).
+def test_a_returned_name_that_holds_a_tuple_stays_one_item_before_the_intermediates(backward):
+    # memcnn's `outputs = tuple(...)`, returned: as many outputs as the tuple holds, so forward
+    # returns `outputs, x2` and torch receives `outputs` as before (see NOTE: [outputs of
+    # unknown number]).
     source = f"""
         import torch
 
@@ -617,11 +745,81 @@ def test_a_returned_name_that_holds_a_tuple_is_several_outputs(backward):
 
             @staticmethod
             def backward(ctx, {backward}):
-                return None
+                (x2,) = ctx.saved_tensors
+                grad_a, grad_b = {"grads" if backward == "*grads" else "grad_a, grad_b"}
+                return 2 * (grad_a * x2.cos() - grad_b * x2.sin())
         """
-    result = migrate_source(textwrap.dedent(source), "case.py")
-    assert result.migrated == []
-    (refusal,) = result.refusals
-    assert "forward returns an expression whose number of outputs migrate cannot read" in (
-        refusal.reason
+    new = assert_same_behaviour(
+        textwrap.dedent(source), "Pair", torch.randn(3, dtype=torch.float64)
     )
+    assert "return outputs, x2\n" in new and "_, x2 = output\n" in new
+
+
+STARRED_OUTPUTS = """
+import torch
+
+
+class Solve(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, y0, n):
+        ys = y0.exp()
+        extra = tuple(ys * i for i in range(int(n)))
+        ctx.save_for_backward(ys)
+        return {returned}
+
+    @staticmethod
+    def backward(ctx, grad_ys, *grad_extra):
+        (ys,) = ctx.saved_tensors
+        return grad_ys * ys + sum(g * ys * i for i, g in enumerate(grad_extra)), None
+"""
+
+
+@pytest.mark.parametrize("returned", ["(ys, *extra)", "ys, *extra"])
+@pytest.mark.parametrize("n", [0, 2])
+def test_a_starred_return_stays_one_item_before_the_intermediates(returned, n):
+    # torchsde's `return (ys, *extra_solver_state)`: with no extra state torch received a tuple
+    # of one tensor; appending the intermediates after it would hand torch `ys` alone.
+    source = STARRED_OUTPUTS.format(returned=returned)
+    result = migrate(source)
+    assert result.migrated == ["Solve"]
+    assert "return (ys, *extra), ys\n" in result.new_source
+    runs = []
+    start = torch.randn(3, dtype=torch.float64)
+    for text in (result.old_source, result.new_source):
+        y0 = start.clone().requires_grad_()
+        out = load(text)["Solve"].apply(y0, torch.tensor(float(n)))
+        assert isinstance(out, tuple) and len(out) == 1 + n
+        runs.append((out, torch.autograd.grad(sum(o.sum() for o in out), y0)))
+    (out_a, grad_a), (out_b, grad_b) = runs
+    assert all(torch.equal(a, b) for a, b in zip(out_a, out_b))
+    assert torch.equal(grad_a[0], grad_b[0])
+
+
+def test_a_one_element_tuple_stays_a_tuple():
+    # `return (y,)`: torch returns a tuple of one tensor; setup_context unpacks it as one (it
+    # used to bind y to the tuple and fail in save_for_backward), and with intermediates the
+    # tuple stays one item before them.
+    source = """
+        import torch
+
+        class One(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                y = x.exp()
+                s = y.sum()
+                ctx.save_for_backward(y)
+                ctx.total = s * 2
+                return (y,)
+
+            @staticmethod
+            def backward(ctx, grad):
+                (y,) = ctx.saved_tensors
+                return grad * y + 0 * ctx.total
+        """
+    new = assert_same_behaviour(textwrap.dedent(source), "One", torch.randn(3, dtype=torch.float64))
+    assert "return (y,), s\n" in new
+    plain = source.replace("                ctx.total = s * 2\n", "").replace(
+        " + 0 * ctx.total", ""
+    )
+    new = assert_same_behaviour(textwrap.dedent(plain), "One", torch.randn(3, dtype=torch.float64))
+    assert "(y,) = output\n" in new

@@ -75,7 +75,16 @@ LIBRARIES = (
     Library(
         "torchkbnufft", "1.5.2", "torchkbnufft-1.5.2", "torchkbnufft", ("tests/test_interp.py",)
     ),
-    Library("torchsde", "0.2.6", "torchsde-0.2.6", "torchsde", ("tests/test_adjoint.py",)),
+    # The sdist lacks tests/__init__.py, utils.py and problems.py: copy them from the v0.2.6 tag
+    # (github.com/google-research/torchsde), whose torchsde/ equals the sdist's. The whole file
+    # takes over 10 minutes a run here: its basic tests and the coarse reversible Heun ones.
+    Library(
+        "torchsde",
+        "0.2.6",
+        "torchsde-0.2.6",
+        "torchsde",
+        ("tests/test_adjoint.py", "-k", "test_basic or 0.125"),
+    ),
     # The sdist has no tests: copy tests/ of the commit whose torchdiffeq/ equals the sdist's
     # (github.com/rtqichen/torchdiffeq a88aac5, "upd version") into the unpacked folder.
     Library(

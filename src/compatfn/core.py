@@ -1044,6 +1044,11 @@ def _intermediates_error(cls: type, k: int) -> Callable[[Any], TypeError]:
     return error
 
 
+def _holds_tensor(item: Any) -> bool:
+    """Whether ``item`` is a tuple or list with a tensor in it."""
+    return isinstance(item, (tuple, list)) and any(isinstance(t, torch.Tensor) for t in item)
+
+
 def _checked_marking_output(cls: type, setup_context: Callable, k: int) -> Callable:
     """setup_context (of the torch.func copy) that first checks that forward's output holds
     ``k`` intermediates and marks the tensor ones non-differentiable."""
@@ -1053,6 +1058,12 @@ def _checked_marking_output(cls: type, setup_context: Callable, k: int) -> Calla
     def checked(ctx: Any, inputs: tuple, output: Any) -> Any:
         if not isinstance(output, tuple) or len(output) <= k:
             raise error(output)
+        if any(_holds_tensor(o) for o in output[:-k]):
+            raise TypeError(  # torch.func would not differentiate the tensors inside
+                f"{cls.__qualname__}.forward returned its outputs inside a tuple (followed by "
+                f"{k} intermediate(s)), which torch.func transforms cannot differentiate: "
+                "return them as separate items, (*outputs, *intermediates), to use torch.func."
+            )
         tensors = [o for o in output[-k:] if isinstance(o, torch.Tensor)]
         if tensors:
             ctx.mark_non_differentiable(*tensors)

@@ -10,7 +10,7 @@ import libcst as cst
 
 from ._branches import Localize, deferred_attributes, hoist_plain_tails, split_if, split_with
 from ._ctx_uses import ReadBacks, ctx_misuse, is_ctx_statement
-from ._outputs import ends_with, outputs, returns, views_of_saved_inputs
+from ._outputs import ends_with, outputs, returns, returns_one_tuple, views_of_saved_inputs
 from ._placement import Placement, Values
 from ._syntax import (
     Refused,
@@ -36,6 +36,7 @@ class Split:
     output_count: Optional[int]
     ctx: str
     star: Optional[str] = None  # the *args parameter
+    one_tuple: bool = False  # forward returns a one-element tuple literal: `return (y,)`
 
 
 def body_statements(fn: cst.FunctionDef) -> List[cst.BaseStatement]:
@@ -90,7 +91,15 @@ class ForwardAnalysis:
             body, output_names, ctx_statements, self._assigned(), self.ctx, self.param_names
         )
         return Split(
-            self.params, body, ctx_statements, self.values, output_names, count, self.ctx, self.star
+            self.params,
+            body,
+            ctx_statements,
+            self.values,
+            output_names,
+            count,
+            self.ctx,
+            self.star,
+            returns_one_tuple(body),
         )
 
     def _assigned(self) -> Set[str]:

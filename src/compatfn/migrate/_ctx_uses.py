@@ -24,11 +24,11 @@ CTX_METHODS = {
 }
 #: Calls that draw random numbers or read the random state, matched anywhere in the called name
 #: (``np.random.choice``, ``torch.randperm``, ``rng.integers``, ``dist.sample``,
-#: ``torch.get_rng_state``, ``torch.utils.checkpoint.get_device_states``): their values stay in
-#: forward.
+#: ``torch.get_rng_state``, ``torch.utils.checkpoint.get_device_states``, ``getstate`` and
+#: numpy's ``get_state`` imported by name): their values stay in forward.
 RANDOM_CALL = re.compile(
     r"rand|bernoulli|multinomial|normal|uniform|dropout|rng|seed|exponential|geometric|cauchy|"
-    r"poisson|choice|permut|shuffle|sample|generator|gumbel|noise|device_states",
+    r"poisson|choice|permut|shuffle|sample|generator|gumbel|noise|device_states|getstate|get_state",
     re.IGNORECASE,
 )
 

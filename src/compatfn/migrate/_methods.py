@@ -77,6 +77,17 @@ def drop_first_params(fn: cst.FunctionDef, count: int) -> cst.FunctionDef:
     return fn.with_changes(params=params.with_changes(posonly_params=(), params=positional))
 
 
+# NOTE: [outputs of unknown number]
+# ``intermediates=k`` takes the last k items of forward's tuple and hands torch the rest, unwrapped
+# when one item is left. Where forward returns a tuple whose length migrate cannot read
+# (``return (ys, *extra)``, a name holding ``tuple(...)``) or a one-element tuple, appending the
+# intermediates would change what torch receives (``(ys,)`` would become ``ys``). So the whole
+# value stays one item, ``return (ys, *extra), i1, i2``: torch receives it exactly as before (the
+# class takes the legacy form, see core's NOTE: [intermediates]), and setup_context reads only
+# the intermediates from ``output``. Under torch.func, which the original could not run under,
+# such an output cannot be differentiated: the decorator refuses it there with a TypeError.
+
+
 def forward_return(split: Split, body: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
     """forward's body with the intermediates appended to its return value."""
     inter = split.values.intermediates
@@ -94,20 +105,16 @@ def forward_return(split: Split, body: List[cst.BaseStatement]) -> List[cst.Base
         )
     extra = [cst.Element(cst.Name(n)) for n in inter]
     value = ret.value
-    if isinstance(value, cst.Tuple):
-        if len(value.elements) == 1:
-            raise Refused("forward returns a one-element tuple and needs intermediates", last)
+    if isinstance(value, cst.Tuple) and split.output_count is not None and not split.one_tuple:
         elements = list(value.elements)
         elements[-1] = elements[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         new_value: cst.BaseExpression = value.with_changes(elements=[*elements, *extra])
-    elif split.output_count == 1:
+    elif split.output_count == 1 and not split.one_tuple:
         new_value = cst.Tuple([cst.Element(value), *extra], lpar=[], rpar=[])
-    else:
-        raise Refused(
-            "forward returns an expression whose number of outputs migrate cannot read, and "
-            "needs intermediates; return a tuple literal to let it through",
-            last,
-        )
+    else:  # see NOTE: [outputs of unknown number]
+        if isinstance(value, cst.Tuple) and not value.lpar:
+            value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        new_value = cst.Tuple([cst.Element(value), *extra], lpar=[], rpar=[])
     return [
         *body[:-1],
         last.with_changes(body=[*last.body[:-1], ret.with_changes(value=new_value)]),
@@ -137,12 +144,11 @@ def setup_lines(
     inter = split.values.intermediates
     wanted = split.values.outputs
     if inter or wanted:
-        if inter and split.output_count is None:
-            raise Refused(
-                "forward's number of outputs cannot be read and it needs intermediates; return a "
-                "tuple literal without * to let it through"
-            )
-        outs = [n if n in wanted else "_" for n in split.output_names] if (inter or wanted) else []
+        outs = [n if n in wanted else "_" for n in split.output_names]
+        if split.output_count is None:  # see NOTE: [outputs of unknown number]
+            outs = ["_"]
+        elif split.one_tuple:  # `return (y,)`: output is that tuple, or holds it
+            outs = ["_" if outs[0] == "_" else f"({outs[0]},)"]
         if not inter and len(outs) == 1 and split.output_count == 1:
             unpack_output.append(statement(f"{outs[0]} = {output_name}\n"))
         else:

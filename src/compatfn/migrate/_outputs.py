@@ -57,6 +57,15 @@ def outputs(
     return names, count
 
 
+def returns_one_tuple(body: Sequence[cst.BaseStatement]) -> bool:
+    """Whether forward ends with ``return (y,)``: torch gets a tuple of one output."""
+    last = body[-1] if body else None
+    if not isinstance(last, cst.SimpleStatementLine) or not isinstance(last.body[-1], cst.Return):
+        return False
+    value = last.body[-1].value
+    return isinstance(value, cst.Tuple) and len(value.elements) == 1
+
+
 def _holds_tuple(body: Sequence[cst.BaseStatement], name: cst.Name) -> bool:
     """Whether forward assigns ``name`` a tuple (a literal or ``tuple(...)``): returned, it is
     several outputs, as many as the tuple holds (memcnn's ``outputs = tuple(...)``)."""

@@ -8,8 +8,9 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
-from ._branches import if_tests, is_plain
+from ._branches import if_tests, is_plain, plain_test
 from ._ctx_uses import ReadBacks, draws_random, is_ctx_statement, reads_attribute, value_expressions
+from ._lift import lift_if
 from ._syntax import (
     Refused,
     alias_groups,
@@ -81,6 +82,8 @@ class Placement:
         earlier = self._earlier_assigned(index)
         if self.cls is not None and self.cls in loaded_names(stmt):
             raise Refused(f"a ctx value is computed with {self.cls}", stmt)
+        if isinstance(stmt, cst.If) and draws_random(stmt):
+            return self._lift(index, stmt)
         if isinstance(stmt, cst.If):
             self._check_recomputable([stmt], later_changed, stmt, "under a condition")
             self._classify_block(stmt, set(), earlier, later_assigned, later_mutated)
@@ -128,6 +131,36 @@ class Placement:
             ]
             stmt = stmt.with_changes(leading_lines=())
         return snapshots, stmt
+
+    def _lift(self, index: int, stmt: cst.If) -> Tuple[List[cst.BaseStatement], cst.If]:
+        """(forward's statements, setup_context's ``if``) for an ``if`` of ctx statements that
+        reads the random state (see NOTE: [random state under a condition])."""
+        later_assigned, later_mutated = self._later(index)
+        earlier = self._earlier_assigned(index)
+        changed = earlier | later_assigned | self._changed_later(index)
+
+        def reevaluable(test: cst.BaseExpression) -> bool:
+            names = loaded_names(test)
+            return plain_test(test) and all(
+                n in self.param_names and n not in changed for n in names
+            )
+
+        lift = lift_if(stmt, self.ctx, self.taken, reevaluable)
+        for name in sorted(lift.test_names):
+            self._record(name, "input")
+        for name in sorted(lift.call_names - {self.ctx}):
+            kind = self._classify(name, earlier, later_assigned)
+            if kind == "intermediate" and name in later_assigned | later_mutated:
+                raise Refused(
+                    f"forward saves {name} under a condition and changes it later; save a "
+                    "copy (or save before the change) to let it through",
+                    stmt,
+                )
+            self._record(name, kind)
+        for name in lift.intermediates:
+            self.values.add_intermediate(name)
+        assert lift.setup is not None
+        return lift.forward, lift.setup
 
     def _read_back(
         self, index: int, small: cst.BaseSmallStatement, expr: cst.BaseExpression, later: Set[str]
@@ -193,6 +226,12 @@ class Placement:
         later_assigned, later_mutated = self._later(index)
         earlier = self._earlier_assigned(index)
         inside = bindings(forward_if)[0]
+        if any(draws_random(test) for test in if_tests(stmt)):
+            raise Refused(
+                "forward draws a random number in the condition of an if block that uses ctx "
+                "and computes values; draw it into a name before the if to let it through",
+                stmt,
+            )
         for test in if_tests(stmt):
             for name in sorted(loaded_names(test) - {self.ctx}):
                 kind = self._classify(name, earlier, later_assigned)
@@ -204,6 +243,12 @@ class Placement:
                         stmt,
                     )
                 self._record(name, kind)
+        if any(draws_random(s) for s in moved):
+            raise Refused(
+                "forward reads the random state (or draws) for ctx inside an if block that also "
+                "computes values; compute those values before the if to let it through",
+                stmt,
+            )
         self._check_branch_order(stmt)
         self._check_recomputable(moved, self._changed_later(index), stmt, "under a condition")
         start_as_none = []

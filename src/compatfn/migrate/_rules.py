@@ -45,12 +45,12 @@ would let it through): ctx attributes forward does not set read back, or ctx pas
 helper inside forward; ctx used in loops, try blocks, other with blocks, nested functions, or
 in an if block whose condition tests a value forward computes; a ctx call inside a with block
 given a computed value (name it first) or a name the block assigns again after the call; a
-random value or the random state (torch.get_rng_state) set on ctx under a condition, or a ctx
-value computed under a condition from a tensor forward changes in place later (through a view,
-an alias, out=, inplace= or a method ending in _); := in a statement that would move; a list
-passed as *args to a ctx call and changed after it; del ctx.attr; an input named ctx; a returned
-tuple (or name) whose length cannot be read, when intermediates follow it; early
-or bare returns next to ctx calls; keyword-only or **kwargs parameters; unknown forward
+random value or the random state set on ctx in an if block that also computes values, or drawn
+in the condition of such a block, or a ctx value computed under a condition from a tensor
+forward changes in place later (through a view, an alias, out=, inplace= or a method ending in
+_); := in a statement that would move; a list passed as *args to a ctx call and changed after
+it; del ctx.attr; an input named ctx; early or bare returns next to ctx calls; keyword-only or
+**kwargs parameters; unknown forward
 decorators; super() calls other than `return super().forward(ctx, ...)` to a migrated class in
 the same file, and a backward that calls super(); a whole in-file class hierarchy when one of
 its classes is refused; a class deriving from torch's InplaceFunction or NestedIOFunction;

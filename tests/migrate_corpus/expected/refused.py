@@ -1,8 +1,8 @@
 """Functions migrate must refuse: it cannot prove a rewrite equivalent.
 
-Models the patterns of torch/utils/checkpoint.py (CheckpointFunction: ctx attributes built in a
-loop over the arguments), bitsandbytes' bitsandbytes/autograd/_functions.py (MatMul8bitLt: an
-early return for empty inputs with its own ctx handling; state objects handed to helpers),
+Models the patterns of bitsandbytes' bitsandbytes/autograd/_functions.py (MatMul8bitLt: an
+early return for empty inputs with its own ctx handling; state objects handed to helpers; the
+ctx attributes CheckpointFunction builds in a loop now migrate, see intermediates.py),
 and of Functions that read ctx.needs_input_grad in forward or save under a data-dependent
 condition. Written for compatfn's tests; each class still works as written.
 """
@@ -72,21 +72,6 @@ class EmptyEarlyReturn(torch.autograd.Function):
         return 2 * x * grad
 
 
-class TensorIndicesLoop(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, scale, first, second):
-        ctx.tensor_indices = []
-        args = (first, second)
-        for index, arg in enumerate(args):
-            if torch.is_tensor(arg):
-                ctx.tensor_indices.append(index)
-        return tuple(a * scale for a in args)
-
-    @staticmethod
-    def backward(ctx, grad_first, grad_second):
-        return None, grad_first * 1, grad_second * 1
-
-
 CASES = {}
 #: class name -> the reason migrate gives (a substring of it).
 REFUSED = {
@@ -94,5 +79,4 @@ REFUSED = {
     "CtxToHelper": "forward passes ctx to _remember()",
     "DataConditionalSave": "ctx under a condition on y, a value forward computes",
     "EmptyEarlyReturn": "forward returns from more than one place",
-    "TensorIndicesLoop": "forward returns an expression whose number of outputs migrate cannot read",
 }
