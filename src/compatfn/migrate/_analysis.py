@@ -8,14 +8,22 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ._branches import Localize, deferred_attributes, hoist_plain_tails, split_if, split_with
-from ._ctx_uses import ReadBacks, ctx_misuse, is_ctx_statement
+from ._branches import (
+    Localize,
+    deferred_attributes,
+    hoist_plain_tails,
+    sets_attribute,
+    split_if,
+    split_with,
+)
+from ._ctx_uses import ReadBacks, ctx_misuse, is_ctx_statement, reads_attribute
 from ._outputs import ends_with, outputs, returns, views_of_saved_inputs
 from ._placement import Placement, Values
 from ._syntax import (
     Refused,
     bindings,
     fresh_name,
+    is_docstring,
     loaded_names,
     positional_params,
     star_param,
@@ -47,7 +55,9 @@ def body_statements(fn: cst.FunctionDef) -> List[cst.BaseStatement]:
 class ForwardAnalysis:
     """Split one legacy forward; raise :class:`Refused` when it cannot be done safely."""
 
-    def __init__(self, fn: cst.FunctionDef, kind: str, grads: Optional[int]) -> None:
+    def __init__(
+        self, fn: cst.FunctionDef, kind: str, grads: Optional[int], torch_name: Optional[str] = None
+    ) -> None:
         self.fn = fn
         params = positional_params(fn, "forward", allow_star=True)
         star = star_param(fn)
@@ -79,9 +89,32 @@ class ForwardAnalysis:
         if self.deferred:
             localize = Localize(self.ctx, self.deferred)
             self.body = [stmt.visit(localize) for stmt in self.body]  # type: ignore[misc]
+        if torch_name is not None and torch_name not in self.taken:
+            self.body = self._needs_input_grad_from_inputs(torch_name)
         self.placement = Placement(
             self.body, self.ctx, self.cls, self.param_names, self.readbacks, self.values, self.taken
         )
+
+    def _needs_input_grad_from_inputs(self, torch_name: str) -> List[cst.BaseStatement]:
+        """forward's body with its reads of ``ctx.needs_input_grad`` (outside the ctx statements
+        that move whole) replaced by a local computed first from the inputs.
+        See NOTE: [needs_input_grad in forward]."""
+        kept = [s for s in self.body if not is_ctx_statement(s, self.ctx)]
+        if not reads_attribute(kept, self.ctx, "needs_input_grad") or any(
+            sets_attribute(s, self.ctx, "needs_input_grad") for s in self.body
+        ):
+            return self.body
+        local = fresh_name("needs_input_grad", self.taken)
+        localize = Localize(self.ctx, {"needs_input_grad": local})
+        body = [s if is_ctx_statement(s, self.ctx) else s.visit(localize) for s in self.body]
+        names = [p.name.value for p in self.params] + ([f"*{self.star}"] if self.star else [])
+        inputs = ", ".join(names) + ("," if len(names) == 1 else "")
+        first = statement(
+            f"{local} = tuple(isinstance(arg, {torch_name}.Tensor) and arg.requires_grad "
+            f"for arg in ({inputs}))\n"
+        )
+        start = 1 if body and is_docstring(body[0]) else 0
+        return [*body[:start], first, *body[start:]]  # type: ignore[list-item]
 
     def split(self) -> Split:
         body, ctx_statements = self._partition()
@@ -126,9 +159,10 @@ class ForwardAnalysis:
             parts = split_if(stmt, self.ctx)
             if parts is not None:
                 assert isinstance(stmt, cst.If)
-                _refuse_walrus(parts[2])
-                keep += self.placement.place_split(index, stmt, parts[0], parts[2])
-                moved.append(parts[1])
+                _refuse_walrus(parts.moved)
+                forward_part, setup_if = self.placement.place_split(index, stmt, parts)
+                keep += forward_part
+                moved.append(setup_if)
                 continue
             with_parts = split_with(stmt, self.ctx)
             if with_parts is not None:

@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
-from ._branches import if_tests, is_plain
+from ._branches import IfSplit, flag_branches, if_tests, is_plain
 from ._ctx_uses import ReadBacks, draws_random, is_ctx_statement, reads_attribute, value_expressions
 from ._syntax import (
     Refused,
@@ -186,28 +186,40 @@ class Placement:
             self._record(name, kind)
 
     def place_split(
-        self, index: int, stmt: cst.If, forward_if: cst.If, moved: List[cst.BaseStatement]
-    ) -> List[cst.BaseStatement]:
+        self, index: int, stmt: cst.If, split: IfSplit
+    ) -> Tuple[List[cst.BaseStatement], cst.If]:
         """Classify what the ctx statements of a split ``if`` read; forward's statements for it
-        (names only some branches assign start as None, so that forward can return them)."""
+        (names only some branches assign start as None, so that forward can return them) and
+        setup_context's ``if`` (testing a branch flag where a condition reads a value forward
+        computes: see NOTE: [branch flags])."""
         later_assigned, later_mutated = self._later(index)
         earlier = self._earlier_assigned(index)
-        inside = bindings(forward_if)[0]
-        for test in if_tests(stmt):
+        inside = bindings(split.forward)[0]
+
+        def computed(test: cst.BaseExpression) -> Optional[str]:
             for name in sorted(loaded_names(test) - {self.ctx}):
                 kind = self._classify(name, earlier, later_assigned)
                 if kind == "intermediate" or name in later_mutated or name in inside:
-                    raise Refused(
-                        f"forward uses ctx under a condition on {name}, a value forward "
-                        "computes (a conditional save that depends on data); test an input or "
-                        "save unconditionally to let it through",
-                        stmt,
-                    )
-                self._record(name, kind)
+                    return name
+            return None
+
+        flagged = any(computed(test) for test in if_tests(stmt))
+        tested = split.nested_tests if flagged else [*if_tests(stmt), *split.nested_tests]
+        for test in tested:
+            name = computed(test)
+            if name is not None:
+                raise Refused(
+                    f"forward uses ctx under a nested condition on {name}, a value forward "
+                    "computes; compute the condition into a name before the outer if and test "
+                    "that name to let it through",
+                    stmt,
+                )
+            for name in sorted(loaded_names(test) - {self.ctx}):
+                self._record(name, self._classify(name, earlier, later_assigned))
         self._check_branch_order(stmt)
-        self._check_recomputable(moved, self._changed_later(index), stmt, "under a condition")
+        self._check_recomputable(split.moved, self._changed_later(index), stmt, "under a condition")
         start_as_none = []
-        for ctx_stmt in moved:
+        for ctx_stmt in split.moved:
             for name in sorted(set(free_names(ctx_stmt)) - {self.ctx}):
                 kind = self._classify(name, earlier | inside, later_assigned)
                 if kind == "intermediate" and name in later_assigned:
@@ -219,11 +231,17 @@ class Placement:
                 if kind == "intermediate" and name not in earlier and name not in start_as_none:
                     start_as_none.append(name)
                 self._record(name, kind)
+        forward_if, setup_if = split.forward, split.setup
         first = [statement(f"{name} = None\n") for name in start_as_none]
+        if flagged:
+            flag = fresh_name("branch_taken", self.taken)
+            flag_first, forward_if, setup_if = flag_branches(split, flag)
+            first.append(flag_first)
+            self.values.add_intermediate(flag)
         if first:
             first[0] = first[0].with_changes(leading_lines=forward_if.leading_lines)
             forward_if = forward_if.with_changes(leading_lines=())
-        return [*first, forward_if]
+        return [*first, forward_if], setup_if
 
     def place_with(
         self,
@@ -289,12 +307,16 @@ class Placement:
                             stmt,
                         )
 
-    def _check_branch_order(self, stmt: cst.If) -> None:
-        """Refuse a ctx statement whose values its branch assigns again after it."""
+    def _check_branch_order(self, stmt: cst.If, top: Optional[cst.If] = None) -> None:
+        """Refuse a ctx statement whose values its branch (or a branch around it) assigns again
+        after it."""
         node: Union[cst.If, cst.Else, None] = stmt
         while node is not None:
             body = list(getattr(node.body, "body", ()))
-            self._check_order(body, stmt, "under a condition", "branch")
+            self._check_order(body, top or stmt, "under a condition", "branch")
+            for inner in body:
+                if isinstance(inner, cst.If) and not is_ctx_statement(inner, self.ctx):
+                    self._check_branch_order(inner, top or stmt)
             node = node.orelse if isinstance(node, cst.If) else None
 
     def _check_order(
@@ -302,8 +324,14 @@ class Placement:
     ) -> None:
         """Refuse a ctx statement of ``body`` whose values ``body`` assigns again after it."""
         groups = alias_groups(self.body)
-        for position, inner in enumerate(body):
-            if not is_ctx_statement(inner, self.ctx):
+        for position, whole in enumerate(body):
+            if is_ctx_statement(whole, self.ctx):
+                inner: List[cst.CSTNode] = [whole]
+            elif isinstance(whole, cst.If):  # a nested split if: its ctx statements
+                inner = [n for n in walk(whole) if _is_ctx_line(n, self.ctx)]
+            else:
+                continue
+            if not inner:
                 continue
             after: Set[str] = set()
             changed: Set[str] = set()
@@ -311,8 +339,9 @@ class Placement:
                 assigned, mutated = bindings(later)
                 after |= assigned
                 changed |= mutated.union(*(groups.get(name, set()) for name in mutated))
-            self._check_recomputable([inner], changed, stmt, where)
-            changed = (loaded_names(inner) - {self.ctx}) & after
+            self._check_recomputable(inner, changed, stmt, where)
+            changed = set().union(*(loaded_names(n) for n in inner)) - {self.ctx}
+            changed &= after
             if changed:
                 raise Refused(
                     f"forward saves {min(changed)} {where} and assigns it again in the same "
@@ -339,6 +368,10 @@ class Placement:
             self.values.inputs.add(name)
         elif kind == "intermediate":
             self.values.add_intermediate(name)
+
+
+def _is_ctx_line(node: cst.CSTNode, ctx: str) -> bool:
+    return isinstance(node, cst.SimpleStatementLine) and is_ctx_statement(node, ctx)
 
 
 def _starred(small: cst.BaseSmallStatement, position: int) -> bool:

@@ -151,6 +151,11 @@ class Planner:
     def already_decorated(self, node: cst.ClassDef) -> bool:
         return any(self.is_our_decorator(d) for d in node.decorators)
 
+    def torch_module(self) -> Optional[str]:
+        """The name ``import torch`` (or ``import torch as th``) binds in this module, if any."""
+        found = [local for local, full in self.names.imports.items() if full == "torch"]
+        return "torch" if "torch" in found else (found[0] if found else None)
+
     # -- planning
 
     def plan(self, node: cst.ClassDef) -> Plan:
@@ -220,7 +225,7 @@ class Planner:
     def _plan_forward(
         self, plan: Plan, forward: cst.FunctionDef, kind: str, grads: Optional[int]
     ) -> None:
-        analysis = ForwardAnalysis(forward, kind, grads)
+        analysis = ForwardAnalysis(forward, kind, grads, self.torch_module())
         split = analysis.split()
         plan.intermediates = len(split.values.intermediates)
         plan.forward_params = split.params
