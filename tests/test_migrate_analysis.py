@@ -546,26 +546,40 @@ def test_an_input_named_ctx_is_refused():
     ]
 
 
-@pytest.mark.parametrize(
-    "check",
-    [
-        "if any(ctx.needs_input_grad[:1]):\n    raise ValueError('no gradient for x')",
-        "needs_grad = any(ctx.needs_input_grad)\nif needs_grad:\n    ctx.save_for_backward(x)",
-    ],
-)
-def test_a_needs_input_grad_read_in_forward_is_named_as_the_reason(check):
-    # A guard on ctx.needs_input_grad in forward (a covariance Function that refuses gradients
-    # for some inputs): the reason is the read, not the if block around it.
+_NEEDS_GRAD_CHECKS = [
+    "if any(ctx.needs_input_grad[:1]):\n    raise ValueError('no gradient for x')",
+    "needs_grad = any(ctx.needs_input_grad)\nif needs_grad:\n    ctx.save_for_backward(x)",
+]
+
+
+def _needs_grad_source(check: str, imports: str) -> str:
     body = textwrap.indent(check, " " * 8)
-    source = (
-        "import torch\n\nclass F(torch.autograd.Function):\n    @staticmethod\n"
-        f"    def forward(ctx, x, w):\n{body}\n        return x * w\n\n"
+    return (
+        f"{imports}\n\nclass F(autograd.Function):\n    @staticmethod\n"
+        f'    def forward(ctx, x, w, *rest):\n        """Doc."""\n{body}\n        return x * w\n\n'
         "    @staticmethod\n    def backward(ctx, grad):\n        return None, grad\n"
     )
-    (refusal,) = migrate_source(source, "case.py").refusals
+
+
+@pytest.mark.parametrize("check", _NEEDS_GRAD_CHECKS)
+def test_needs_input_grad_read_in_forward_is_computed_from_the_inputs(check):
+    # See NOTE: [needs_input_grad in forward]: the local comes first (after the docstring).
+    source = _needs_grad_source(check, "import torch as th\nfrom torch import autograd")
+    result = migrate_source(source, "case.py")
+    assert result.migrated == ["F"]
+    assert (
+        '        """Doc."""\n        needs_input_grad = tuple(isinstance(arg, th.Tensor) and '
+        "arg.requires_grad for arg in (x, w, *rest))\n"
+    ) in result.new_source
+    assert "ctx.needs_input_grad" not in result.new_source.split("def setup_context")[0]
+
+
+@pytest.mark.parametrize("check", _NEEDS_GRAD_CHECKS)
+def test_needs_input_grad_without_a_torch_import_says_which_line_lets_it_through(check):
+    (refusal,) = migrate_source(_needs_grad_source(check, "from torch import autograd"), "c.py").refusals
     assert refusal.reason == (
-        "forward reads ctx.needs_input_grad back, which forward does not set; use the value it "
-        "holds (an input's requires_grad for needs_input_grad) to let it through"
+        "forward reads ctx.needs_input_grad, which migrate computes from the inputs only in a "
+        "module that has `import torch`; add that import to let it through"
     )
 
 

@@ -46,6 +46,13 @@ class Split:
     star: Optional[str] = None  # the *args parameter
 
 
+# NOTE: [needs_input_grad in forward]
+# In a legacy forward, ctx.needs_input_grad[i] is whether argument i is a tensor that requires
+# grad: torch computes it from the arguments alone when apply is called, whatever the grad mode
+# (measured on 1.13.1 and 2.13.0: the same under torch.no_grad() and inference_mode, and forward
+# always runs with grad mode off). So a migrated forward computes it first from its own inputs,
+# ``tuple(isinstance(arg, torch.Tensor) and arg.requires_grad for arg in (x, w, *args))``; ctx
+# statements that move to setup_context keep reading ctx.needs_input_grad there.
 def body_statements(fn: cst.FunctionDef) -> List[cst.BaseStatement]:
     if not isinstance(fn.body, cst.IndentedBlock):
         raise Refused(f"{fn.name.value} is written on one line", fn)
@@ -118,6 +125,7 @@ class ForwardAnalysis:
 
     def split(self) -> Split:
         body, ctx_statements = self._partition()
+        body = start_as_none(body, self.values.intermediates, self.param_names)
         output_names, count = outputs(body, self.values, self.grads)
         body = views_of_saved_inputs(
             body, output_names, ctx_statements, self._assigned(), self.ctx, self.param_names
@@ -149,7 +157,8 @@ class ForwardAnalysis:
         moved: List[cst.BaseStatement] = []
         self._check_single_return()
         for index, stmt in enumerate(self.body):
-            if is_ctx_statement(stmt, self.ctx):
+            flagged = isinstance(stmt, cst.If) and self.placement.needs_flag(index, stmt)
+            if is_ctx_statement(stmt, self.ctx) and not flagged:
                 _refuse_walrus([stmt])
                 snapshot, stmt = self.placement.place(index, stmt)
                 keep += snapshot
@@ -189,3 +198,52 @@ def _refuse_walrus(moved: List[cst.BaseStatement]) -> None:
                 "assign it on a line of its own before that statement to let it through",
                 stmt,
             )
+
+
+# NOTE: [intermediates that may be unbound]
+# forward returns every intermediate at its end, where setup_context used to read it only on the
+# paths that save it (``if x.requires_grad: y = x * 2`` ... ``if x.requires_grad:
+# ctx.save_for_backward(y)``). A name not assigned on every path before the return starts as
+# None just before the statement that first assigns it, so that forward can always return it.
+def start_as_none(
+    body: List[cst.BaseStatement], intermediates: List[str], params: List[str]
+) -> List[cst.BaseStatement]:
+    """``body`` with ``name = None`` before the first statement that assigns an intermediate
+    only on some paths (see NOTE: [intermediates that may be unbound])."""
+    result = list(body)
+    for name in intermediates:
+        if name in params:
+            continue
+        first = next((i for i, s in enumerate(result) if name in bindings(s)[0]), None)
+        if first is None or _always_assigns(result[first], name):
+            continue
+        stmt = result[first]
+        start = statement(f"{name} = None\n").with_changes(leading_lines=stmt.leading_lines)
+        result[first : first + 1] = [start, stmt.with_changes(leading_lines=())]
+    return result
+
+
+def _always_assigns(stmt: cst.BaseStatement, name: str) -> bool:
+    """Whether every path through ``stmt`` that does not raise leaves ``name`` assigned."""
+    if isinstance(stmt, cst.SimpleStatementLine):
+        deletes = [n for n in walk(stmt) if isinstance(n, cst.Del)]
+        return name in bindings(stmt)[0] and not any(name in bindings(d)[0] for d in deletes)
+    blocks: List[cst.BaseSuite] = []
+    if isinstance(stmt, cst.With):
+        blocks = [stmt.body]
+    elif isinstance(stmt, cst.If) and _else_of(stmt) is not None:
+        node: Optional[cst.CSTNode] = stmt
+        while isinstance(node, (cst.If, cst.Else)):
+            blocks.append(node.body)
+            node = node.orelse if isinstance(node, cst.If) else None
+    return bool(blocks) and all(
+        isinstance(b, cst.IndentedBlock) and any(_always_assigns(s, name) for s in b.body)
+        for b in blocks
+    )
+
+
+def _else_of(stmt: cst.If) -> Optional[cst.Else]:
+    node: Optional[cst.CSTNode] = stmt.orelse
+    while isinstance(node, cst.If):
+        node = node.orelse
+    return node if isinstance(node, cst.Else) else None

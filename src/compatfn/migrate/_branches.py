@@ -73,12 +73,12 @@ def is_plain(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, (cst.Name, cst.Integer, cst.Float, cst.SimpleString))
 
 
-def _plain_test(expr: cst.BaseExpression) -> bool:
+def plain_test(expr: cst.BaseExpression) -> bool:
     """``x``, ``x is None``, ``not x``, ``a and b`` of plain names and constants."""
     if isinstance(expr, cst.UnaryOperation):
-        return isinstance(expr.operator, cst.Not) and _plain_test(expr.expression)
+        return isinstance(expr.operator, cst.Not) and plain_test(expr.expression)
     if isinstance(expr, cst.BooleanOperation):
-        return _plain_test(expr.left) and _plain_test(expr.right)
+        return plain_test(expr.left) and plain_test(expr.right)
     if isinstance(expr, cst.Comparison):
         return is_plain(expr.left) and all(
             isinstance(c.operator, (cst.Is, cst.IsNot)) and is_plain(c.comparator)
@@ -101,7 +101,7 @@ def _plain_statement(stmt: cst.BaseStatement, ctx: str) -> bool:
         return all(
             isinstance(b.body, cst.IndentedBlock)
             and all(_plain_statement(s, ctx) for s in b.body.body)
-            and (isinstance(b, cst.Else) or _plain_test(b.test))
+            and (isinstance(b, cst.Else) or plain_test(b.test))
             for b in branches
         )
     if not isinstance(stmt, cst.SimpleStatementLine):

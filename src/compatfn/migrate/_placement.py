@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
-from ._branches import IfSplit, flag_branches, if_tests, is_plain
+from ._branches import IfSplit, flag_branches, if_tests, is_plain, plain_test
 from ._ctx_uses import ReadBacks, draws_random, is_ctx_statement, reads_attribute, value_expressions
 from ._syntax import (
     Refused,
@@ -83,7 +83,7 @@ class Placement:
             raise Refused(f"a ctx value is computed with {self.cls}", stmt)
         if isinstance(stmt, cst.If):
             self._check_recomputable([stmt], later_changed, stmt, "under a condition")
-            self._classify_block(stmt, set(), earlier, later_assigned, later_mutated)
+            self._classify_block(index, stmt, earlier, later_assigned)
             return [], stmt
         assert isinstance(stmt, cst.SimpleStatementLine)
         small = stmt.body[0]
@@ -154,29 +154,18 @@ class Placement:
             self.readbacks.aliases[target.attr.value] = name
 
     def _classify_block(
-        self,
-        stmt: cst.If,
-        local: Set[str],
-        earlier: Set[str],
-        later_assigned: Set[str],
-        later_mutated: Set[str],
+        self, index: int, stmt: cst.If, earlier: Set[str], later_assigned: Set[str]
     ) -> None:
         """Record what an ``if`` moved to setup_context reads; raise :class:`Refused` where
-        setup_context could not compute it again (conditions on computed values included)."""
-        tests: Set[str] = set()
-        node: Union[cst.If, cst.Else, None] = stmt
-        while isinstance(node, cst.If):
-            tests |= loaded_names(node.test)
-            node = node.orelse
-        for name in sorted(set(free_names(stmt)) - local - {self.ctx}):
+        setup_context could not compute it again (conditions on computed values are flagged
+        instead: see NOTE: [branch flags])."""
+        _, later_mutated = self._later(index)
+        for test in if_tests(stmt):
+            untestable = self._untestable(test, index, set())
+            if untestable is not None:  # the caller flags such an if: never reached
+                raise Refused(f"forward uses ctx under a condition on {untestable}", stmt)
+        for name in sorted(set(free_names(stmt)) - {self.ctx}):
             kind = self._classify(name, earlier, later_assigned)
-            if name in tests and (kind == "intermediate" or name in later_mutated):
-                raise Refused(
-                    f"forward uses ctx under a condition on {name}, a value forward computes "
-                    "(a conditional save that depends on data); test an input or save "
-                    "unconditionally to let it through",
-                    stmt,
-                )
             if kind == "intermediate" and (name in later_assigned or name in later_mutated):
                 raise Refused(
                     f"forward saves {name} under a condition and changes it later; save a "
@@ -184,6 +173,27 @@ class Placement:
                     stmt,
                 )
             self._record(name, kind)
+
+    def _untestable(self, test: cst.BaseExpression, index: int, inside: Set[str]) -> Optional[str]:
+        """A name that ``test`` reads and that setup_context could not test again as forward did:
+        one changed in place later or assigned inside the ``if``; or a value forward computes,
+        unless ``test`` only names it (``if needs_grad:``) and forward keeps it as it is, to hand
+        it over."""
+        later_assigned, later_mutated = self._later(index)
+        earlier = self._earlier_assigned(index)
+        plain = plain_test(test)
+        for name in sorted(loaded_names(test) - {self.ctx}):
+            kind = self._classify(name, earlier, later_assigned)
+            if name in later_mutated or name in inside:
+                return name
+            if kind == "intermediate" and (not plain or name in later_assigned):
+                return name
+        return None
+
+    def needs_flag(self, index: int, stmt: cst.If, inside: Set[str] = frozenset()) -> bool:
+        """Whether setup_context must learn from forward which branch of ``stmt`` ran (see
+        NOTE: [branch flags])."""
+        return any(self._untestable(t, index, set(inside)) for t in if_tests(stmt))
 
     def place_split(
         self, index: int, stmt: cst.If, split: IfSplit
@@ -195,18 +205,10 @@ class Placement:
         later_assigned, later_mutated = self._later(index)
         earlier = self._earlier_assigned(index)
         inside = bindings(split.forward)[0]
-
-        def computed(test: cst.BaseExpression) -> Optional[str]:
-            for name in sorted(loaded_names(test) - {self.ctx}):
-                kind = self._classify(name, earlier, later_assigned)
-                if kind == "intermediate" or name in later_mutated or name in inside:
-                    return name
-            return None
-
-        flagged = any(computed(test) for test in if_tests(stmt))
+        flagged = self.needs_flag(index, stmt, inside)
         tested = split.nested_tests if flagged else [*if_tests(stmt), *split.nested_tests]
         for test in tested:
-            name = computed(test)
+            name = self._untestable(test, index, inside)
             if name is not None:
                 raise Refused(
                     f"forward uses ctx under a nested condition on {name}, a value forward "
