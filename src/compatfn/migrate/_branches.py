@@ -221,7 +221,7 @@ def _split_body(
         nested = split_if(stmt, ctx)
         if nested is not None:
             kept.append(nested.forward)
-            move.append(nested.setup)
+            move.append(nested.setup.with_changes(leading_lines=()) if not move else nested.setup)
             flat += nested.moved
             tests += [*if_tests(nested.setup), *nested.nested_tests]
             continue

@@ -92,6 +92,14 @@ def ctx_misuse(stmt: cst.CSTNode, ctx: str) -> Optional[str]:
     )
     if helper is not None:  # the reason that matters most, wherever the call is
         return _passes_ctx(helper)
+    if isinstance(stmt, cst.If):  # the statement in it that keeps the if from being split
+        node: Optional[cst.CSTNode] = stmt
+        while isinstance(node, (cst.If, cst.Else)):
+            for inner in getattr(node.body, "body", ()):
+                found = None if is_ctx_statement(inner, ctx) else ctx_misuse(inner, ctx)
+                if found:
+                    return found
+            node = node.orelse if isinstance(node, cst.If) else None
 
     def visit(node: cst.CSTNode) -> Optional[str]:
         if isinstance(node, cst.Name) and node.value == ctx:

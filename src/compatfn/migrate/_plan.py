@@ -196,7 +196,12 @@ class Planner:
             return
         kind = method_kind(forward)
         if kind == "instance":
-            raise Refused("forward is neither a @staticmethod nor a @classmethod", forward)
+            raise Refused(
+                "forward is an instance method, the legacy style no torch from 1.8 runs (calling "
+                "it raises RuntimeError); make it a @staticmethod forward(ctx, ...) called "
+                "through .apply to let it through",
+                forward,
+            )
         plan.decorate = True
         params = positional_params(forward, "forward", allow_star=True)
         ctx = (
