@@ -639,3 +639,82 @@ def test_a_returned_name_that_holds_a_tuple_is_several_outputs(backward):
     assert "forward returns an expression whose number of outputs migrate cannot read" in (
         refusal.reason
     )
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_a_condition_on_a_value_the_branch_changes_in_place_is_flagged(sign):
+    # See NOTE: [branch flags]: setup_context testing `x.sum() > 0` again would see the negated
+    # x and skip the save; forward records the branch instead.
+    source = """
+        import torch
+
+        class NegateOnce(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                y = x * 1
+                ctx.negated = False
+                if y.sum() > 0:
+                    y.neg_()
+                    ctx.negated = True
+                return y
+
+            @staticmethod
+            def backward(ctx, grad):
+                return -grad if ctx.negated else grad
+        """
+    new = assert_same_behaviour(source, "NegateOnce", torch.full((3,), sign, dtype=torch.float64))
+    assert "        if branch_taken:\n            ctx.negated = True\n" in new
+
+
+def test_a_nested_condition_on_a_computed_value_is_refused_with_the_fix():
+    source = """
+        import torch
+
+        class Nested(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, flag):
+                if flag:
+                    y = x * 2
+                    if y.sum() > 0:
+                        ctx.save_for_backward(y)
+                else:
+                    y = x
+                return y * 1
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * 2, None
+        """
+    (refusal,) = migrate(source).refusals
+    assert refusal.reason == (
+        "forward uses ctx under a nested condition on y, a value forward computes or changes; "
+        "compute the condition into a name before the outer if and test that name to let it "
+        "through"
+    )
+
+
+def test_a_name_assigned_on_some_paths_is_returned_as_none_on_the_others():
+    # See NOTE: [intermediates that may be unbound]: forward used to return `y` unbound
+    # (UnboundLocalError) when x does not require grad.
+    source = """
+        import torch
+
+        class MaybeDouble(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                if x.requires_grad:
+                    y = x * 2
+                ctx.scale = 3
+                if x.requires_grad:
+                    ctx.save_for_backward(y)
+                return x * 3
+
+            @staticmethod
+            def backward(ctx, grad):
+                (y,) = ctx.saved_tensors
+                return grad * y
+        """
+    new = assert_same_behaviour(source, "MaybeDouble", torch.ones(3, dtype=torch.float64))
+    assert "        y = None\n        if x.requires_grad:\n            y = x * 2\n" in new
+    plain = load(new)["MaybeDouble"].apply(torch.ones(3, dtype=torch.float64))
+    assert torch.equal(plain, torch.full((3,), 3.0, dtype=torch.float64))

@@ -204,9 +204,12 @@ class IfSplit:
     nested_tests: List[cst.BaseExpression]  # conditions of nested ifs setup_context tests again
 
 
+Statements = List[cst.BaseStatement]
+
+
 def _split_body(
     body: Sequence[cst.BaseStatement], ctx: str
-) -> Optional[Tuple[List[cst.BaseStatement], List[cst.BaseStatement], List[cst.BaseStatement], List[cst.BaseExpression]]]:
+) -> Optional[Tuple[Statements, Statements, Statements, List[cst.BaseExpression]]]:
     """(kept, moved, every ctx statement, nested conditions) of one branch; None where ctx is
     used otherwise."""
     kept: List[cst.BaseStatement] = []
@@ -262,11 +265,13 @@ def split_if(stmt: cst.BaseStatement, ctx: str) -> Optional[IfSplit]:
 
 # NOTE: [branch flags]
 # setup_context runs the ctx statements of a split ``if`` under the same conditions, evaluated
-# again, where they read only inputs and names forward does not change. Where a condition tests a
-# value forward computes (``if z_is_small.sum() > 0:``, ``if needs_grad:``), forward instead
-# records which branch ran in a new local (True, or the branch's number in an if/elif chain) set
-# first in each branch that has ctx statements, and setup_context tests that local: the same
-# statements run, for the same branch, without evaluating the condition again.
+# again, where they read only inputs and names forward does not change (a computed value only
+# when the condition just names it, ``if needs_grad:``: forward hands the value over). Where a
+# condition computes on such a value (``if z_is_small.sum() > 0:``) or the block changes what
+# it reads, forward instead records which branch ran in a new local (True, or the branch's
+# number in an if/elif chain) set first in each branch that has ctx statements, and
+# setup_context tests that local: the same statements run, for the same branch, without
+# evaluating the condition again. Conditions of nested ``if`` blocks are always evaluated again.
 def flag_branches(split: IfSplit, flag: str) -> Tuple[cst.BaseStatement, cst.If, cst.If]:
     """(the flag's first value, forward's if setting the flag, setup_context's if testing it) for
     a split ``if`` (see NOTE: [branch flags])."""

@@ -175,10 +175,9 @@ class Placement:
             self._record(name, kind)
 
     def _untestable(self, test: cst.BaseExpression, index: int, inside: Set[str]) -> Optional[str]:
-        """A name that ``test`` reads and that setup_context could not test again as forward did:
-        one changed in place later or assigned inside the ``if``; or a value forward computes,
-        unless ``test`` only names it (``if needs_grad:``) and forward keeps it as it is, to hand
-        it over."""
+        """A name ``test`` reads that setup_context could not test again as forward did: one
+        changed in place later, or assigned or changed inside the ``if`` (``inside``); or a value
+        forward computes, unless ``test`` only names it (``if needs_grad:``: handed over)."""
         later_assigned, later_mutated = self._later(index)
         earlier = self._earlier_assigned(index)
         plain = plain_test(test)
@@ -199,20 +198,21 @@ class Placement:
         self, index: int, stmt: cst.If, split: IfSplit
     ) -> Tuple[List[cst.BaseStatement], cst.If]:
         """Classify what the ctx statements of a split ``if`` read; forward's statements for it
-        (names only some branches assign start as None, so that forward can return them) and
-        setup_context's ``if`` (testing a branch flag where a condition reads a value forward
+        and setup_context's ``if`` (testing a branch flag where a condition reads a value forward
         computes: see NOTE: [branch flags])."""
         later_assigned, later_mutated = self._later(index)
         earlier = self._earlier_assigned(index)
-        inside = bindings(split.forward)[0]
-        flagged = self.needs_flag(index, stmt, inside)
+        inside, changed_inside = bindings(split.forward)
+        groups = alias_groups(self.body)
+        touched = inside.union(changed_inside, *(groups.get(n, set()) for n in changed_inside))
+        flagged = self.needs_flag(index, stmt, touched)
         tested = split.nested_tests if flagged else [*if_tests(stmt), *split.nested_tests]
         for test in tested:
-            name = self._untestable(test, index, inside)
+            name = self._untestable(test, index, touched)
             if name is not None:
                 raise Refused(
                     f"forward uses ctx under a nested condition on {name}, a value forward "
-                    "computes; compute the condition into a name before the outer if and test "
+                    "computes or changes; compute the condition into a name before the outer if and test "
                     "that name to let it through",
                     stmt,
                 )
@@ -220,7 +220,6 @@ class Placement:
                 self._record(name, self._classify(name, earlier, later_assigned))
         self._check_branch_order(stmt)
         self._check_recomputable(split.moved, self._changed_later(index), stmt, "under a condition")
-        start_as_none = []
         for ctx_stmt in split.moved:
             for name in sorted(set(free_names(ctx_stmt)) - {self.ctx}):
                 kind = self._classify(name, earlier | inside, later_assigned)
@@ -230,20 +229,14 @@ class Placement:
                         "copy (or save before the change) to let it through",
                         stmt,
                     )
-                if kind == "intermediate" and name not in earlier and name not in start_as_none:
-                    start_as_none.append(name)
-                self._record(name, kind)
-        forward_if, setup_if = split.forward, split.setup
-        first = [statement(f"{name} = None\n") for name in start_as_none]
-        if flagged:
-            flag = fresh_name("branch_taken", self.taken)
-            flag_first, forward_if, setup_if = flag_branches(split, flag)
-            first.append(flag_first)
-            self.values.add_intermediate(flag)
-        if first:
-            first[0] = first[0].with_changes(leading_lines=forward_if.leading_lines)
-            forward_if = forward_if.with_changes(leading_lines=())
-        return [*first, forward_if], setup_if
+                self._record(name, kind)  # one only some branches assign: see
+        if not flagged:  # NOTE: [intermediates that may be unbound]
+            return [split.forward], split.setup
+        flag = fresh_name("branch_taken", self.taken)
+        first, forward_if, setup_if = flag_branches(split, flag)
+        self.values.add_intermediate(flag)
+        first = first.with_changes(leading_lines=forward_if.leading_lines)
+        return [first, forward_if.with_changes(leading_lines=())], setup_if
 
     def place_with(
         self,

@@ -88,9 +88,9 @@ class PiecewiseLogCdf(torch.autograd.Function):
         result = torch.zeros_like(z)
         is_small = z.lt(-1)
         is_ordinary = ~is_small
+        branch_taken = False
         numerator = None
         denominator = None
-        branch_taken = False
         if is_small.sum() > 0:
             branch_taken = True
             small = z.masked_select(is_small)
