@@ -641,29 +641,32 @@ def test_a_returned_name_that_holds_a_tuple_is_several_outputs(backward):
     )
 
 
-@pytest.mark.parametrize("sign", [1.0, -1.0])
-def test_a_condition_on_a_value_the_branch_changes_in_place_is_flagged(sign):
-    # See NOTE: [branch flags]: setup_context testing `x.sum() > 0` again would see the negated
-    # x and skip the save; forward records the branch instead.
+def test_a_condition_on_a_value_the_branch_changes_is_flagged():
+    # See NOTE: [branch flags]: setup_context testing `state[0]` again would see the value the
+    # branch wrote and skip the save; forward records the branch instead.
     source = """
         import torch
 
-        class NegateOnce(torch.autograd.Function):
+        class SaveOnce(torch.autograd.Function):
             @staticmethod
-            def forward(ctx, x):
-                y = x * 1
-                ctx.negated = False
-                if y.sum() > 0:
-                    y.neg_()
-                    ctx.negated = True
-                return y
+            def forward(ctx, x, state):
+                if state[0]:
+                    state[0] = False
+                    ctx.save_for_backward(x)
+                return x * 2
 
             @staticmethod
             def backward(ctx, grad):
-                return -grad if ctx.negated else grad
+                return grad * (2 if ctx.saved_tensors else 3), None
         """
-    new = assert_same_behaviour(source, "NegateOnce", torch.full((3,), sign, dtype=torch.float64))
-    assert "        if branch_taken:\n            ctx.negated = True\n" in new
+    result = migrate(source)
+    assert "        if branch_taken:\n            ctx.save_for_backward(x)\n" in result.new_source
+    grads = []
+    for text in (result.old_source, result.new_source):
+        x = torch.ones(2, dtype=torch.float64, requires_grad=True)
+        load(text)["SaveOnce"].apply(x, [True]).sum().backward()
+        grads.append(x.grad)
+    assert torch.equal(grads[0], grads[1]) and grads[0][0] == 2
 
 
 def test_a_nested_condition_on_a_computed_value_is_refused_with_the_fix():

@@ -220,6 +220,7 @@ def _split_body(
         if is_ctx_statement(stmt, ctx):
             move.append(stmt)
             flat.append(stmt)
+            tests += [t for n in walk(stmt) if isinstance(n, cst.If) for t in if_tests(n)]
             continue
         nested = split_if(stmt, ctx)
         if nested is not None:
