@@ -576,7 +576,8 @@ def test_needs_input_grad_read_in_forward_is_computed_from_the_inputs(check):
 
 @pytest.mark.parametrize("check", _NEEDS_GRAD_CHECKS)
 def test_needs_input_grad_without_a_torch_import_says_which_line_lets_it_through(check):
-    (refusal,) = migrate_source(_needs_grad_source(check, "from torch import autograd"), "c.py").refusals
+    source = _needs_grad_source(check, "from torch import autograd")
+    (refusal,) = migrate_source(source, "c.py").refusals
     assert refusal.reason == (
         "forward reads ctx.needs_input_grad, which migrate computes from the inputs only in a "
         "module that has `import torch`; add that import to let it through"

@@ -113,7 +113,10 @@ class ForwardAnalysis:
             return self.body
         local = fresh_name("needs_input_grad", self.taken)
         localize = Localize(self.ctx, {"needs_input_grad": local})
-        body = [s if is_ctx_statement(s, self.ctx) else s.visit(localize) for s in self.body]
+        body: List[cst.BaseStatement] = [
+            s if is_ctx_statement(s, self.ctx) else s.visit(localize)  # type: ignore[misc]
+            for s in self.body
+        ]
         names = [p.name.value for p in self.params] + ([f"*{self.star}"] if self.star else [])
         inputs = ", ".join(names) + ("," if len(names) == 1 else "")
         first = statement(
@@ -121,7 +124,7 @@ class ForwardAnalysis:
             f"for arg in ({inputs}))\n"
         )
         start = 1 if body and is_docstring(body[0]) else 0
-        return [*body[:start], first, *body[start:]]  # type: ignore[list-item]
+        return [*body[:start], first, *body[start:]]
 
     def split(self) -> Split:
         body, ctx_statements = self._partition()
@@ -218,7 +221,8 @@ def start_as_none(
         if first is None or _always_assigns(result[first], name):
             continue
         stmt = result[first]
-        start = statement(f"{name} = None\n").with_changes(leading_lines=stmt.leading_lines)
+        lines = getattr(stmt, "leading_lines", ())
+        start = statement(f"{name} = None\n").with_changes(leading_lines=lines)
         result[first : first + 1] = [start, stmt.with_changes(leading_lines=())]
     return result
 

@@ -18,7 +18,6 @@ from ._syntax import (
     fresh_name,
     loaded_names,
     source_of,
-    statement,
     walk,
 )
 
@@ -76,7 +75,7 @@ class Placement:
     ) -> Tuple[List[cst.BaseStatement], cst.BaseStatement]:
         """Classify the names a ctx statement reads; return the snapshot statements forward must
         keep in its place and the statement setup_context runs."""
-        later_assigned, later_mutated = self._later(index)
+        later_assigned = self._later(index)[0]
         later_changed = self._changed_later(index)
         earlier = self._earlier_assigned(index)
         if self.cls is not None and self.cls in loaded_names(stmt):
@@ -189,10 +188,10 @@ class Placement:
                 return name
         return None
 
-    def needs_flag(self, index: int, stmt: cst.If, inside: Set[str] = frozenset()) -> bool:
+    def needs_flag(self, index: int, stmt: cst.If, inside: Optional[Set[str]] = None) -> bool:
         """Whether setup_context must learn from forward which branch of ``stmt`` ran (see
         NOTE: [branch flags])."""
-        return any(self._untestable(t, index, set(inside)) for t in if_tests(stmt))
+        return any(self._untestable(t, index, inside or set()) for t in if_tests(stmt))
 
     def place_split(
         self, index: int, stmt: cst.If, split: IfSplit
@@ -200,7 +199,7 @@ class Placement:
         """Classify what the ctx statements of a split ``if`` read; forward's statements for it
         and setup_context's ``if`` (testing a branch flag where a condition reads a value forward
         computes: see NOTE: [branch flags])."""
-        later_assigned, later_mutated = self._later(index)
+        later_assigned = self._later(index)[0]
         earlier = self._earlier_assigned(index)
         inside, changed_inside = bindings(split.forward)
         groups = alias_groups(self.body)
@@ -212,8 +211,8 @@ class Placement:
             if name is not None:
                 raise Refused(
                     f"forward uses ctx under a nested condition on {name}, a value forward "
-                    "computes or changes; compute the condition into a name before the outer if and test "
-                    "that name to let it through",
+                    "computes or changes; compute the condition into a name before the outer if "
+                    "and test that name to let it through",
                     stmt,
                 )
             for name in sorted(loaded_names(test) - {self.ctx}):
