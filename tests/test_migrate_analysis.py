@@ -547,29 +547,6 @@ def test_an_input_named_ctx_is_refused():
     ]
 
 
-@pytest.mark.parametrize(
-    "check",
-    [
-        "if any(ctx.needs_input_grad[:1]):\n    raise ValueError('no gradient for x')",
-        "needs_grad = any(ctx.needs_input_grad)\nif needs_grad:\n    ctx.save_for_backward(x)",
-    ],
-)
-def test_a_needs_input_grad_read_in_forward_is_named_as_the_reason(check):
-    # A guard on ctx.needs_input_grad in forward (a covariance Function that refuses gradients
-    # for some inputs): the reason is the read, not the if block around it.
-    body = textwrap.indent(check, " " * 8)
-    source = (
-        "import torch\n\nclass F(torch.autograd.Function):\n    @staticmethod\n"
-        f"    def forward(ctx, x, w):\n{body}\n        return x * w\n\n"
-        "    @staticmethod\n    def backward(ctx, grad):\n        return None, grad\n"
-    )
-    (refusal,) = migrate_source(source, "case.py").refusals
-    assert refusal.reason == (
-        "forward reads ctx.needs_input_grad back, which forward does not set; use the value it "
-        "holds (an input's requires_grad for needs_input_grad) to let it through"
-    )
-
-
 RANDOM_STATE_UNDER_A_CONDITION = """
 import random
 from random import getstate
@@ -823,3 +800,123 @@ def test_a_one_element_tuple_stays_a_tuple():
     )
     new = assert_same_behaviour(textwrap.dedent(plain), "One", torch.randn(3, dtype=torch.float64))
     assert "(y,) = output\n" in new
+
+
+_NEEDS_GRAD_CHECKS = [
+    "if any(ctx.needs_input_grad[:1]):\n    raise ValueError('no gradient for x')",
+    "needs_grad = any(ctx.needs_input_grad)\nif needs_grad:\n    ctx.save_for_backward(x)",
+]
+
+
+def _needs_grad_source(check: str, imports: str) -> str:
+    body = textwrap.indent(check, " " * 8)
+    return (
+        f"{imports}\n\nclass F(autograd.Function):\n    @staticmethod\n"
+        f'    def forward(ctx, x, w, *rest):\n        """Doc."""\n{body}\n        return x * w\n\n'
+        "    @staticmethod\n    def backward(ctx, grad):\n        return None, grad\n"
+    )
+
+
+@pytest.mark.parametrize("check", _NEEDS_GRAD_CHECKS)
+def test_needs_input_grad_read_in_forward_is_computed_from_the_inputs(check):
+    # See NOTE: [needs_input_grad in forward]: the local comes first (after the docstring).
+    source = _needs_grad_source(check, "import torch as th\nfrom torch import autograd")
+    result = migrate_source(source, "case.py")
+    assert result.migrated == ["F"]
+    assert (
+        '        """Doc."""\n        needs_input_grad = tuple(isinstance(arg, th.Tensor) and '
+        "arg.requires_grad for arg in (x, w, *rest))\n"
+    ) in result.new_source
+    assert "ctx.needs_input_grad" not in result.new_source.split("def setup_context")[0]
+
+
+@pytest.mark.parametrize("check", _NEEDS_GRAD_CHECKS)
+def test_needs_input_grad_without_a_torch_import_says_which_line_lets_it_through(check):
+    source = _needs_grad_source(check, "from torch import autograd")
+    (refusal,) = migrate_source(source, "c.py").refusals
+    assert refusal.reason == (
+        "forward reads ctx.needs_input_grad, which migrate computes from the inputs only in a "
+        "module that has `import torch`; add that import to let it through"
+    )
+
+
+def test_a_condition_on_a_value_the_branch_changes_is_flagged():
+    # See NOTE: [branch flags]: setup_context testing `state[0]` again would see the value the
+    # branch wrote and skip the save; forward records the branch instead.
+    source = """
+        import torch
+
+        class SaveOnce(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, state):
+                if state[0]:
+                    state[0] = False
+                    ctx.save_for_backward(x)
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * (2 if ctx.saved_tensors else 3), None
+        """
+    result = migrate(source)
+    assert "        if branch_taken:\n            ctx.save_for_backward(x)\n" in result.new_source
+    grads = []
+    for text in (result.old_source, result.new_source):
+        x = torch.ones(2, dtype=torch.float64, requires_grad=True)
+        load(text)["SaveOnce"].apply(x, [True]).sum().backward()
+        grads.append(x.grad)
+    assert torch.equal(grads[0], grads[1]) and grads[0][0] == 2
+
+
+def test_a_nested_condition_on_a_computed_value_is_refused_with_the_fix():
+    source = """
+        import torch
+
+        class Nested(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, flag):
+                if flag:
+                    y = x * 2
+                    if y.sum() > 0:
+                        ctx.save_for_backward(y)
+                else:
+                    y = x
+                return y * 1
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * 2, None
+        """
+    (refusal,) = migrate(source).refusals
+    assert refusal.reason == (
+        "forward uses ctx under a nested condition on y, a value forward computes or changes; "
+        "compute the condition into a name before the outer if and test that name to let it "
+        "through"
+    )
+
+
+def test_a_name_assigned_on_some_paths_is_returned_as_none_on_the_others():
+    # See NOTE: [intermediates that may be unbound]: forward used to return `y` unbound
+    # (UnboundLocalError) when x does not require grad.
+    source = """
+        import torch
+
+        class MaybeDouble(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                if x.requires_grad:
+                    y = x * 2
+                ctx.scale = 3
+                if x.requires_grad:
+                    ctx.save_for_backward(y)
+                return x * 3
+
+            @staticmethod
+            def backward(ctx, grad):
+                (y,) = ctx.saved_tensors
+                return grad * y
+        """
+    new = assert_same_behaviour(source, "MaybeDouble", torch.ones(3, dtype=torch.float64))
+    assert "        y = None\n        if x.requires_grad:\n            y = x * 2\n" in new
+    plain = load(new)["MaybeDouble"].apply(torch.ones(3, dtype=torch.float64))
+    assert torch.equal(plain, torch.full((3,), 3.0, dtype=torch.float64))

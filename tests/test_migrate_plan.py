@@ -140,3 +140,61 @@ class Drop({base}):
     assert refusal.name == "Drop"
     assert "derives from torch's" in refusal.reason
     assert "derive from torch.autograd.Function to let it through" in refusal.reason
+
+
+def test_an_instance_method_forward_is_refused_as_the_style_torch_no_longer_runs():
+    # qpth's SpQPFunction (def forward(self, ...), called on an instance): torch 1.8, 1.13 and
+    # 2.13 raise RuntimeError ("Legacy autograd function with non-static forward method") when
+    # it is called, so there is nothing to keep working.
+    source = textwrap.dedent(
+        """
+        import torch
+
+        class Old(torch.autograd.Function):
+            def __init__(self, scale):
+                self.scale = scale
+
+            def forward(self, x):
+                return x * self.scale
+
+            def backward(self, grad):
+                return grad * self.scale
+        """
+    )
+    (refusal,) = migrate_source(source, "case.py").refusals
+    assert refusal.reason == (
+        "forward is an instance method, the legacy style no torch from 1.8 runs (calling it "
+        "raises RuntimeError); make it a @staticmethod forward(ctx, ...) called through .apply "
+        "to let it through"
+    )
+
+
+def test_the_refusal_names_the_statement_inside_an_if_that_keeps_it_from_being_split():
+    # qpth's QPFunctionFn: `zhats, ctx.nus = solve(...)` in an if/elif on a closure's solver.
+    source = textwrap.dedent(
+        """
+        import torch
+
+        def make(solver):
+            class Solve(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, q):
+                    if solver == 1:
+                        ctx.factor = q * 2
+                        z, ctx.nus = q * 3, q * 4
+                    else:
+                        z = q * 5
+                    ctx.save_for_backward(z)
+                    return z
+
+                @staticmethod
+                def backward(ctx, grad):
+                    return grad
+            return Solve
+        """
+    )
+    (refusal,) = migrate_source(source, "case.py").refusals
+    assert refusal.reason == (
+        "forward assigns ctx.nus together with other targets; write `ctx.nus = value` on a line "
+        "of its own to let it through"
+    )

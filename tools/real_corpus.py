@@ -125,7 +125,12 @@ LIBRARIES = (
                 "large_batch_variational_strategy",
                 "variational_strategy",
             )
-        ),
+        )
+        + tuple(
+            f"test/functions/test_{n}.py"
+            for n in ("rbf_covariance", "matern_covariance", "log_normal_cdf")
+        )
+        + ("test/kernels/test_rbf_kernel.py", "test/kernels/test_matern_kernel.py"),
     ),
     Library(
         "memcnn",

@@ -8,14 +8,22 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ._branches import Localize, deferred_attributes, hoist_plain_tails, split_if, split_with
-from ._ctx_uses import ReadBacks, ctx_misuse, is_ctx_statement
+from ._branches import (
+    Localize,
+    deferred_attributes,
+    hoist_plain_tails,
+    sets_attribute,
+    split_if,
+    split_with,
+)
+from ._ctx_uses import ReadBacks, ctx_misuse, is_ctx_statement, reads_attribute
 from ._outputs import ends_with, outputs, returns, returns_one_tuple, views_of_saved_inputs
 from ._placement import Placement, Values
 from ._syntax import (
     Refused,
     bindings,
     fresh_name,
+    is_docstring,
     loaded_names,
     positional_params,
     star_param,
@@ -39,6 +47,13 @@ class Split:
     one_tuple: bool = False  # forward returns a one-element tuple literal: `return (y,)`
 
 
+# NOTE: [needs_input_grad in forward]
+# In a legacy forward, ctx.needs_input_grad[i] is whether argument i is a tensor that requires
+# grad: torch computes it from the arguments alone when apply is called, whatever the grad mode
+# (measured on 1.13.1 and 2.13.0: the same under torch.no_grad() and inference_mode, and forward
+# always runs with grad mode off). So a migrated forward computes it first from its own inputs,
+# ``tuple(isinstance(arg, torch.Tensor) and arg.requires_grad for arg in (x, w, *args))``; ctx
+# statements that move to setup_context keep reading ctx.needs_input_grad there.
 def body_statements(fn: cst.FunctionDef) -> List[cst.BaseStatement]:
     if not isinstance(fn.body, cst.IndentedBlock):
         raise Refused(f"{fn.name.value} is written on one line", fn)
@@ -48,7 +63,9 @@ def body_statements(fn: cst.FunctionDef) -> List[cst.BaseStatement]:
 class ForwardAnalysis:
     """Split one legacy forward; raise :class:`Refused` when it cannot be done safely."""
 
-    def __init__(self, fn: cst.FunctionDef, kind: str, grads: Optional[int]) -> None:
+    def __init__(
+        self, fn: cst.FunctionDef, kind: str, grads: Optional[int], torch_name: Optional[str] = None
+    ) -> None:
         self.fn = fn
         params = positional_params(fn, "forward", allow_star=True)
         star = star_param(fn)
@@ -80,12 +97,39 @@ class ForwardAnalysis:
         if self.deferred:
             localize = Localize(self.ctx, self.deferred)
             self.body = [stmt.visit(localize) for stmt in self.body]  # type: ignore[misc]
+        if torch_name is not None and torch_name not in self.taken:
+            self.body = self._needs_input_grad_from_inputs(torch_name)
         self.placement = Placement(
             self.body, self.ctx, self.cls, self.param_names, self.readbacks, self.values, self.taken
         )
 
+    def _needs_input_grad_from_inputs(self, torch_name: str) -> List[cst.BaseStatement]:
+        """forward's body with its reads of ``ctx.needs_input_grad`` (outside the ctx statements
+        that move whole) replaced by a local computed first from the inputs.
+        See NOTE: [needs_input_grad in forward]."""
+        kept = [s for s in self.body if not is_ctx_statement(s, self.ctx)]
+        if not reads_attribute(kept, self.ctx, "needs_input_grad") or any(
+            sets_attribute(s, self.ctx, "needs_input_grad") for s in self.body
+        ):
+            return self.body
+        local = fresh_name("needs_input_grad", self.taken)
+        localize = Localize(self.ctx, {"needs_input_grad": local})
+        body: List[cst.BaseStatement] = [
+            s if is_ctx_statement(s, self.ctx) else s.visit(localize)  # type: ignore[misc]
+            for s in self.body
+        ]
+        names = [p.name.value for p in self.params] + ([f"*{self.star}"] if self.star else [])
+        inputs = ", ".join(names) + ("," if len(names) == 1 else "")
+        first = statement(
+            f"{local} = tuple(isinstance(arg, {torch_name}.Tensor) and arg.requires_grad "
+            f"for arg in ({inputs}))\n"
+        )
+        start = 1 if body and is_docstring(body[0]) else 0
+        return [*body[:start], first, *body[start:]]
+
     def split(self) -> Split:
         body, ctx_statements = self._partition()
+        body = start_as_none(body, self.values.intermediates, self.param_names)
         output_names, count = outputs(body, self.values, self.grads)
         body = views_of_saved_inputs(
             body, output_names, ctx_statements, self._assigned(), self.ctx, self.param_names
@@ -125,7 +169,8 @@ class ForwardAnalysis:
         moved: List[cst.BaseStatement] = []
         self._check_single_return()
         for index, stmt in enumerate(self.body):
-            if is_ctx_statement(stmt, self.ctx):
+            flagged = isinstance(stmt, cst.If) and self.placement.needs_flag(index, stmt)
+            if is_ctx_statement(stmt, self.ctx) and not flagged:
                 _refuse_walrus([stmt])
                 snapshot, stmt = self.placement.place(index, stmt)
                 keep += snapshot
@@ -135,9 +180,10 @@ class ForwardAnalysis:
             parts = split_if(stmt, self.ctx)
             if parts is not None:
                 assert isinstance(stmt, cst.If)
-                _refuse_walrus(parts[2])
-                keep += self.placement.place_split(index, stmt, parts[0], parts[2])
-                moved.append(parts[1])
+                _refuse_walrus(parts.moved)
+                forward_part, setup_if = self.placement.place_split(index, stmt, parts)
+                keep += forward_part
+                moved.append(setup_if)
                 continue
             with_parts = split_with(stmt, self.ctx)
             if with_parts is not None:
@@ -164,3 +210,53 @@ def _refuse_walrus(moved: List[cst.BaseStatement]) -> None:
                 "assign it on a line of its own before that statement to let it through",
                 stmt,
             )
+
+
+# NOTE: [intermediates that may be unbound]
+# forward returns every intermediate at its end, where setup_context used to read it only on the
+# paths that save it (``if x.requires_grad: y = x * 2`` ... ``if x.requires_grad:
+# ctx.save_for_backward(y)``). A name not assigned on every path before the return starts as
+# None just before the statement that first assigns it, so that forward can always return it.
+def start_as_none(
+    body: List[cst.BaseStatement], intermediates: List[str], params: List[str]
+) -> List[cst.BaseStatement]:
+    """``body`` with ``name = None`` before the first statement that assigns an intermediate
+    only on some paths (see NOTE: [intermediates that may be unbound])."""
+    result = list(body)
+    for name in intermediates:
+        if name in params:
+            continue
+        first = next((i for i, s in enumerate(result) if name in bindings(s)[0]), None)
+        if first is None or _always_assigns(result[first], name):
+            continue
+        stmt = result[first]
+        lines = getattr(stmt, "leading_lines", ())
+        start = statement(f"{name} = None\n").with_changes(leading_lines=lines)
+        result[first : first + 1] = [start, stmt.with_changes(leading_lines=())]
+    return result
+
+
+def _always_assigns(stmt: cst.BaseStatement, name: str) -> bool:
+    """Whether every path through ``stmt`` that does not raise leaves ``name`` assigned."""
+    if isinstance(stmt, cst.SimpleStatementLine):
+        deletes = [n for n in walk(stmt) if isinstance(n, cst.Del)]
+        return name in bindings(stmt)[0] and not any(name in bindings(d)[0] for d in deletes)
+    blocks: List[cst.BaseSuite] = []
+    if isinstance(stmt, cst.With):
+        blocks = [stmt.body]
+    elif isinstance(stmt, cst.If) and _else_of(stmt) is not None:
+        node: Optional[cst.CSTNode] = stmt
+        while isinstance(node, (cst.If, cst.Else)):
+            blocks.append(node.body)
+            node = node.orelse if isinstance(node, cst.If) else None
+    return bool(blocks) and all(
+        isinstance(b, cst.IndentedBlock) and any(_always_assigns(s, name) for s in b.body)
+        for b in blocks
+    )
+
+
+def _else_of(stmt: cst.If) -> Optional[cst.Else]:
+    node: Optional[cst.CSTNode] = stmt.orelse
+    while isinstance(node, cst.If):
+        node = node.orelse
+    return node if isinstance(node, cst.Else) else None

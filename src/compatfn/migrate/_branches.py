@@ -12,12 +12,13 @@ Example::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
 from ._ctx_uses import ctx_misuse, is_ctx_statement
-from ._syntax import dotted, walk
+from ._syntax import dotted, statement, walk
 
 PASS = cst.SimpleStatementLine([cst.Pass()])
 
@@ -192,31 +193,119 @@ def _rebuild(
     return node.with_changes(body=block, orelse=rest)
 
 
-def split_if(
-    stmt: cst.BaseStatement, ctx: str
-) -> Optional[Tuple[cst.If, cst.If, List[cst.BaseStatement]]]:
-    """(forward's ``if`` without the ctx statements, setup_context's ``if`` with only them, the
-    ctx statements) for an ``if`` whose branches mix both; None where ctx is used otherwise."""
-    if not isinstance(stmt, cst.If):
+@dataclass
+class IfSplit:
+    """An ``if`` whose branches mix computation and ctx statements, split in two."""
+
+    forward: cst.If  # forward's if without the ctx statements
+    setup: cst.If  # setup_context's if with only them, under the same conditions
+    moved: List[cst.BaseStatement]  # every ctx statement, in order (nested ifs' included)
+    branches: List[bool]  # per branch of the chain: whether it has ctx statements
+    nested_tests: List[cst.BaseExpression]  # conditions of nested ifs setup_context tests again
+
+
+Statements = List[cst.BaseStatement]
+
+
+def _split_body(
+    body: Sequence[cst.BaseStatement], ctx: str
+) -> Optional[Tuple[Statements, Statements, Statements, List[cst.BaseExpression]]]:
+    """(kept, moved, every ctx statement, nested conditions) of one branch; None where ctx is
+    used otherwise."""
+    kept: List[cst.BaseStatement] = []
+    move: List[cst.BaseStatement] = []
+    flat: List[cst.BaseStatement] = []
+    tests: List[cst.BaseExpression] = []
+    for stmt in body:
+        if is_ctx_statement(stmt, ctx):
+            move.append(stmt)
+            flat.append(stmt)
+            tests += [t for n in walk(stmt) if isinstance(n, cst.If) for t in if_tests(n)]
+            continue
+        nested = split_if(stmt, ctx)
+        if nested is not None:
+            kept.append(nested.forward)
+            move.append(nested.setup.with_changes(leading_lines=()) if not move else nested.setup)
+            flat += nested.moved
+            tests += [*if_tests(nested.setup), *nested.nested_tests]
+            continue
+        if ctx_misuse(stmt, ctx):
+            return None
+        if any(isinstance(n, (cst.Return, cst.Break, cst.Continue)) for n in walk(stmt)):
+            return None
+        kept.append(stmt)
+    return kept, move, flat, tests
+
+
+def split_if(stmt: cst.BaseStatement, ctx: str) -> Optional[IfSplit]:
+    """The split of an ``if`` whose branches (or nested ``if`` blocks) mix computation and ctx
+    statements; None where ctx is used otherwise."""
+    if not isinstance(stmt, cst.If) or any(ctx_misuse(t, ctx) for t in if_tests(stmt)):
         return None
     keep: List[List[cst.BaseStatement]] = []
     move: List[List[cst.BaseStatement]] = []
+    flat: List[cst.BaseStatement] = []
+    tests: List[cst.BaseExpression] = []
     for branch in _branches(stmt):
         if not isinstance(branch.body, cst.IndentedBlock):
             return None
-        kept = [s for s in branch.body.body if not is_ctx_statement(s, ctx)]
-        if any(ctx_misuse(s, ctx) for s in kept):
+        parts = _split_body(branch.body.body, ctx)
+        if parts is None:
             return None
-        if any(isinstance(n, (cst.Return, cst.Break, cst.Continue)) for s in kept for n in walk(s)):
-            return None
-        keep.append(kept)
-        move.append([s for s in branch.body.body if is_ctx_statement(s, ctx)])
-    if not any(move) or any(ctx_misuse(t, ctx) for t in if_tests(stmt)):
+        keep.append(parts[0])
+        move.append(parts[1])
+        flat += parts[2]
+        tests += parts[3]
+    if not any(move):
         return None
     forward_if = _rebuild(stmt, keep)
     setup_if = _rebuild(stmt, move)
     assert isinstance(forward_if, cst.If) and isinstance(setup_if, cst.If)
-    return forward_if, setup_if, [s for branch in move for s in branch]
+    return IfSplit(forward_if, setup_if, flat, [bool(m) for m in move], tests)
+
+
+# NOTE: [branch flags]
+# setup_context runs the ctx statements of a split ``if`` under the same conditions, evaluated
+# again, where they read only inputs and names forward does not change (a computed value only
+# when the condition just names it, ``if needs_grad:``: forward hands the value over). Where a
+# condition computes on such a value (``if z_is_small.sum() > 0:``) or the block changes what
+# it reads, forward instead records which branch ran in a new local (True, or the branch's
+# number in an if/elif chain) set first in each branch that has ctx statements, and
+# setup_context tests that local: the same statements run, for the same branch, without
+# evaluating the condition again. Conditions of nested ``if`` blocks are always evaluated again.
+def flag_branches(split: IfSplit, flag: str) -> Tuple[cst.BaseStatement, cst.If, cst.If]:
+    """(the flag's first value, forward's if setting the flag, setup_context's if testing it) for
+    a split ``if`` (see NOTE: [branch flags])."""
+    numbered = split.branches.count(True) > 1
+    forward_branches = _branches(split.forward)
+    setup_branches = _branches(split.setup)
+    bodies: List[List[cst.BaseStatement]] = []
+    chain: List[Tuple[str, cst.IndentedBlock]] = []
+    for number, (node, has_moves, setup) in enumerate(
+        zip(forward_branches, split.branches, setup_branches), start=1
+    ):
+        body = list(getattr(node.body, "body", ()))
+        if has_moves:
+            body = [s for s in body if not _is_pass(s)]
+            value = str(number) if numbered else "True"
+            body = [statement(f"{flag} = {value}\n"), *body]
+            assert isinstance(setup.body, cst.IndentedBlock)
+            chain.append((f"{flag} == {number}" if numbered else flag, setup.body))
+        bodies.append(body)
+    forward_if = _rebuild(split.forward, bodies)
+    setup_if: Optional[cst.If] = None
+    for test, block in reversed(chain):
+        setup_if = cst.If(test=cst.parse_expression(test), body=block, orelse=setup_if)
+    assert isinstance(forward_if, cst.If) and setup_if is not None
+    setup_if = setup_if.with_changes(leading_lines=split.setup.leading_lines)
+    first = statement(f"{flag} = {'0' if numbered else 'False'}\n")
+    return first, forward_if, setup_if
+
+
+def _is_pass(stmt: cst.BaseStatement) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and all(
+        isinstance(s, cst.Pass) for s in stmt.body
+    )
 
 
 def _ctx_attribute(node: cst.CSTNode, ctx: str) -> Optional[str]:
@@ -269,13 +358,13 @@ def deferred_attributes(body: Sequence[cst.BaseStatement], ctx: str) -> List[str
                     nested.append(attr)
     found = []
     for attr in nested:
-        first = next(s for s in body if _sets(s, ctx, attr))
+        first = next(s for s in body if sets_attribute(s, ctx, attr))
         if _assigns_everywhere(first, ctx, attr):
             found.append(attr)
     return found
 
 
-def _sets(stmt: cst.BaseStatement, ctx: str, attr: str) -> bool:
+def sets_attribute(stmt: cst.BaseStatement, ctx: str, attr: str) -> bool:
     return any(
         isinstance(n, cst.AssignTarget) and _ctx_attribute(n.target, ctx) == attr
         for n in walk(stmt)

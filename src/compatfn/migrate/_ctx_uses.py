@@ -81,6 +81,25 @@ def is_ctx_statement(stmt: cst.BaseStatement, ctx: str) -> bool:
 def ctx_misuse(stmt: cst.CSTNode, ctx: str) -> Optional[str]:
     """Why a statement that is not a movable ctx statement uses ctx, or None if it does not."""
     parents: List[cst.CSTNode] = []
+    helper = next(
+        (
+            node
+            for node in walk(stmt, into_scopes=True)
+            if isinstance(node, cst.Call)
+            and any(isinstance(a.value, cst.Name) and a.value.value == ctx for a in node.args)
+        ),
+        None,
+    )
+    if helper is not None:  # the reason that matters most, wherever the call is
+        return _passes_ctx(helper)
+    if isinstance(stmt, cst.If):  # the statement in it that keeps the if from being split
+        node: Optional[cst.CSTNode] = stmt
+        while isinstance(node, (cst.If, cst.Else)):
+            for inner in getattr(node.body, "body", ()):
+                found = None if is_ctx_statement(inner, ctx) else ctx_misuse(inner, ctx)
+                if found:
+                    return found
+            node = node.orelse if isinstance(node, cst.If) else None
 
     def visit(node: cst.CSTNode) -> Optional[str]:
         if isinstance(node, cst.Name) and node.value == ctx:
@@ -101,13 +120,12 @@ def ctx_misuse(stmt: cst.CSTNode, ctx: str) -> Optional[str]:
 def _describe_ctx_use(name: cst.Name, parents: List[cst.CSTNode]) -> str:
     parent = parents[-1] if parents else None
     if isinstance(parent, cst.Arg) and len(parents) > 1 and isinstance(parents[-2], cst.Call):
-        callee = dotted(parents[-2].func) or source_of(parents[-2].func)
-        return (
-            f"forward passes ctx to {callee}(); move what it does with ctx into forward "
-            "(ctx calls and ctx.attr = ... there) to let it through"
-        )
+        return _passes_ctx(parents[-2])
     if isinstance(parent, cst.Attribute) and parent.attr.value == "needs_input_grad":
-        return _reads_back("needs_input_grad")  # the reason, wherever forward reads it
+        return (  # the reason, wherever forward reads it: see NOTE: [needs_input_grad in forward]
+            "forward reads ctx.needs_input_grad, which migrate computes from the inputs only "
+            "in a module that has `import torch`; add that import to let it through"
+        )
     kinds = [
         (
             (cst.For, cst.While),
@@ -168,10 +186,18 @@ def _describe_ctx_use(name: cst.Name, parents: List[cst.CSTNode]) -> str:
     return "forward uses ctx in a way migrate cannot move to setup_context"
 
 
+def _passes_ctx(call: cst.Call) -> str:
+    callee = dotted(call.func) or source_of(call.func)
+    return (
+        f"forward passes ctx to {callee}(), which migrate does not follow; move what it does "
+        "with ctx into forward (ctx calls and ctx.attr = ... there) to let it through"
+    )
+
+
 def _reads_back(attr: str) -> str:
     return (
         f"forward reads ctx.{attr} back, which forward does not set; use the value it "
-        "holds (an input's requires_grad for needs_input_grad) to let it through"
+        "holds to let it through"
     )
 
 

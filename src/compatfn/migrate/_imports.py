@@ -17,7 +17,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from ._syntax import dotted
+from ._syntax import dotted, is_docstring
 
 FUTURE, STDLIB, THIRD_PARTY, FIRST_PARTY, LOCAL = range(5)
 
@@ -92,19 +92,11 @@ def _is_import_line(stmt: cst.BaseStatement) -> bool:
     )
 
 
-def _is_docstring(stmt: cst.BaseStatement) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
-
-
 def _import_block(body: Sequence[cst.BaseStatement]) -> Tuple[int, int]:
     """[start, end) of the first run of import lines (empty, after the docstring, if none)."""
     start = next((i for i, stmt in enumerate(body) if _is_import_line(stmt)), None)
     if start is None:
-        start = 1 if body and _is_docstring(body[0]) else 0
+        start = 1 if body and is_docstring(body[0]) else 0
         return start, start
     end = start
     while end < len(body) and _is_import_line(body[end]):

@@ -4,13 +4,14 @@ snapshot, setup_context runs the statement), classifying every value it reads.""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ._branches import if_tests, is_plain, plain_test
-from ._ctx_uses import ReadBacks, draws_random, is_ctx_statement, reads_attribute, value_expressions
+from ._branches import IfSplit, flag_branches, if_tests, is_plain, plain_test
+from ._ctx_uses import ReadBacks, draws_random, reads_attribute, value_expressions
 from ._lift import lift_if
+from ._order import check_branch_order, check_order, check_recomputable, starred_argument
 from ._syntax import (
     Refused,
     alias_groups,
@@ -19,8 +20,6 @@ from ._syntax import (
     fresh_name,
     loaded_names,
     source_of,
-    statement,
-    walk,
 )
 
 
@@ -77,7 +76,7 @@ class Placement:
     ) -> Tuple[List[cst.BaseStatement], cst.BaseStatement]:
         """Classify the names a ctx statement reads; return the snapshot statements forward must
         keep in its place and the statement setup_context runs."""
-        later_assigned, later_mutated = self._later(index)
+        later_assigned = self._later(index)[0]
         later_changed = self._changed_later(index)
         earlier = self._earlier_assigned(index)
         if self.cls is not None and self.cls in loaded_names(stmt):
@@ -85,8 +84,8 @@ class Placement:
         if isinstance(stmt, cst.If) and draws_random(stmt):
             return self._lift(index, stmt)
         if isinstance(stmt, cst.If):
-            self._check_recomputable([stmt], later_changed, stmt, "under a condition")
-            self._classify_block(stmt, set(), earlier, later_assigned, later_mutated)
+            check_recomputable([stmt], later_changed, stmt, "under a condition")
+            self._classify_block(index, stmt, earlier, later_assigned)
             return [], stmt
         assert isinstance(stmt, cst.SimpleStatementLine)
         small = stmt.body[0]
@@ -96,7 +95,7 @@ class Placement:
             ordered = [name for name in free_names(expr) if name != self.ctx]
             names = set(ordered)
             kinds = {name: self._classify(name, earlier, later_assigned) for name in ordered}
-            starred = _starred(small, position)
+            starred = starred_argument(small, position)
             bare = isinstance(expr, cst.Name)
             recompute_unsafe = (
                 self._read_back(index, small, expr, later_assigned)
@@ -187,29 +186,18 @@ class Placement:
             self.readbacks.aliases[target.attr.value] = name
 
     def _classify_block(
-        self,
-        stmt: cst.If,
-        local: Set[str],
-        earlier: Set[str],
-        later_assigned: Set[str],
-        later_mutated: Set[str],
+        self, index: int, stmt: cst.If, earlier: Set[str], later_assigned: Set[str]
     ) -> None:
         """Record what an ``if`` moved to setup_context reads; raise :class:`Refused` where
-        setup_context could not compute it again (conditions on computed values included)."""
-        tests: Set[str] = set()
-        node: Union[cst.If, cst.Else, None] = stmt
-        while isinstance(node, cst.If):
-            tests |= loaded_names(node.test)
-            node = node.orelse
-        for name in sorted(set(free_names(stmt)) - local - {self.ctx}):
+        setup_context could not compute it again (conditions on computed values are flagged
+        instead: see NOTE: [branch flags])."""
+        _, later_mutated = self._later(index)
+        for test in if_tests(stmt):
+            untestable = self._untestable(test, index, set())
+            if untestable is not None:  # the caller flags such an if: never reached
+                raise Refused(f"forward uses ctx under a condition on {untestable}", stmt)
+        for name in sorted(set(free_names(stmt)) - {self.ctx}):
             kind = self._classify(name, earlier, later_assigned)
-            if name in tests and (kind == "intermediate" or name in later_mutated):
-                raise Refused(
-                    f"forward uses ctx under a condition on {name}, a value forward computes "
-                    "(a conditional save that depends on data); test an input or save "
-                    "unconditionally to let it through",
-                    stmt,
-                )
             if kind == "intermediate" and (name in later_assigned or name in later_mutated):
                 raise Refused(
                     f"forward saves {name} under a condition and changes it later; save a "
@@ -218,41 +206,65 @@ class Placement:
                 )
             self._record(name, kind)
 
-    def place_split(
-        self, index: int, stmt: cst.If, forward_if: cst.If, moved: List[cst.BaseStatement]
-    ) -> List[cst.BaseStatement]:
-        """Classify what the ctx statements of a split ``if`` read; forward's statements for it
-        (names only some branches assign start as None, so that forward can return them)."""
+    def _untestable(self, test: cst.BaseExpression, index: int, inside: Set[str]) -> Optional[str]:
+        """A name ``test`` reads that setup_context could not test again as forward did: one
+        changed in place later, or assigned or changed inside the ``if`` (``inside``); or a value
+        forward computes, unless ``test`` only names it (``if needs_grad:``: handed over)."""
         later_assigned, later_mutated = self._later(index)
         earlier = self._earlier_assigned(index)
-        inside = bindings(forward_if)[0]
-        if any(draws_random(test) for test in if_tests(stmt)):
+        plain = plain_test(test)
+        for name in sorted(loaded_names(test) - {self.ctx}):
+            kind = self._classify(name, earlier, later_assigned)
+            if name in later_mutated or name in inside:
+                return name
+            if kind == "intermediate" and (not plain or name in later_assigned):
+                return name
+        return None
+
+    def needs_flag(self, index: int, stmt: cst.If, inside: Optional[Set[str]] = None) -> bool:
+        """Whether setup_context must learn from forward which branch of ``stmt`` ran (see
+        NOTE: [branch flags])."""
+        return any(self._untestable(t, index, inside or set()) for t in if_tests(stmt))
+
+    def place_split(
+        self, index: int, stmt: cst.If, split: IfSplit
+    ) -> Tuple[List[cst.BaseStatement], cst.If]:
+        """Classify what the ctx statements of a split ``if`` read; forward's statements for it
+        and setup_context's ``if`` (testing a branch flag where a condition reads a value forward
+        computes: see NOTE: [branch flags])."""
+        if any(draws_random(test) for test in [*if_tests(stmt), *split.nested_tests]):
             raise Refused(
                 "forward draws a random number in the condition of an if block that uses ctx "
                 "and computes values; draw it into a name before the if to let it through",
                 stmt,
             )
-        for test in if_tests(stmt):
-            for name in sorted(loaded_names(test) - {self.ctx}):
-                kind = self._classify(name, earlier, later_assigned)
-                if kind == "intermediate" or name in later_mutated or name in inside:
-                    raise Refused(
-                        f"forward uses ctx under a condition on {name}, a value forward "
-                        "computes (a conditional save that depends on data); test an input or "
-                        "save unconditionally to let it through",
-                        stmt,
-                    )
-                self._record(name, kind)
-        if any(draws_random(s) for s in moved):
+        if any(draws_random(s) for s in split.moved):
             raise Refused(
                 "forward reads the random state (or draws) for ctx inside an if block that also "
                 "computes values; compute those values before the if to let it through",
                 stmt,
             )
-        self._check_branch_order(stmt)
-        self._check_recomputable(moved, self._changed_later(index), stmt, "under a condition")
-        start_as_none = []
-        for ctx_stmt in moved:
+        later_assigned = self._later(index)[0]
+        earlier = self._earlier_assigned(index)
+        inside, changed_inside = bindings(split.forward)
+        groups = alias_groups(self.body)
+        touched = inside.union(changed_inside, *(groups.get(n, set()) for n in changed_inside))
+        flagged = self.needs_flag(index, stmt, touched)
+        tested = split.nested_tests if flagged else [*if_tests(stmt), *split.nested_tests]
+        for test in tested:
+            name = self._untestable(test, index, touched)
+            if name is not None:
+                raise Refused(
+                    f"forward uses ctx under a nested condition on {name}, a value forward "
+                    "computes or changes; compute the condition into a name before the outer if "
+                    "and test that name to let it through",
+                    stmt,
+                )
+            for name in sorted(loaded_names(test) - {self.ctx}):
+                self._record(name, self._classify(name, earlier, later_assigned))
+        check_branch_order(self.body, self.ctx, stmt)
+        check_recomputable(split.moved, self._changed_later(index), stmt, "under a condition")
+        for ctx_stmt in split.moved:
             for name in sorted(set(free_names(ctx_stmt)) - {self.ctx}):
                 kind = self._classify(name, earlier | inside, later_assigned)
                 if kind == "intermediate" and name in later_assigned:
@@ -261,14 +273,14 @@ class Placement:
                         "copy (or save before the change) to let it through",
                         stmt,
                     )
-                if kind == "intermediate" and name not in earlier and name not in start_as_none:
-                    start_as_none.append(name)
-                self._record(name, kind)
-        first = [statement(f"{name} = None\n") for name in start_as_none]
-        if first:
-            first[0] = first[0].with_changes(leading_lines=forward_if.leading_lines)
-            forward_if = forward_if.with_changes(leading_lines=())
-        return [*first, forward_if]
+                self._record(name, kind)  # one only some branches assign: see
+        if not flagged:  # NOTE: [intermediates that may be unbound]
+            return [split.forward], split.setup
+        flag = fresh_name("branch_taken", self.taken)
+        first, forward_if, setup_if = flag_branches(split, flag)
+        self.values.add_intermediate(flag)
+        first = first.with_changes(leading_lines=forward_if.leading_lines)
+        return [first, forward_if.with_changes(leading_lines=())], setup_if
 
     def place_with(
         self,
@@ -282,8 +294,8 @@ class Placement:
         assert isinstance(stmt, cst.With) and isinstance(stmt.body, cst.IndentedBlock)
         later_assigned, _ = self._later(index)
         earlier = self._earlier_assigned(index) | bindings(forward_with)[0]
-        self._check_order(list(stmt.body.body), stmt, "inside a with block", "block")
-        self._check_recomputable(moved, self._changed_later(index), stmt, "inside a with block")
+        check_order(self.body, self.ctx, list(stmt.body.body), stmt, "inside a with block", "block")
+        check_recomputable(moved, self._changed_later(index), stmt, "inside a with block")
         for ctx_stmt in moved:
             assert isinstance(ctx_stmt, cst.SimpleStatementLine)
             small = ctx_stmt.body[0]
@@ -304,67 +316,6 @@ class Placement:
                 self._record(name, kind)
         return [forward_with]
 
-    def _check_recomputable(
-        self,
-        statements: Sequence[cst.CSTNode],
-        changed: Set[str],
-        stmt: cst.BaseStatement,
-        where: str,
-    ) -> None:
-        """Refuse ctx values that setup_context would compute differently: random draws, and
-        values read from names forward changes in place later (see NOTE: [in-place changes])."""
-        for node in statements:
-            for line in walk(node):
-                if not isinstance(line, cst.SimpleStatementLine):
-                    continue
-                for position, expr in enumerate(value_expressions(line.body[0])):
-                    if draws_random(expr):
-                        raise Refused(
-                            f"forward sets a random ctx value {where}; draw it into a name "
-                            "before the block and pass the name to let it through",
-                            stmt,
-                        )
-                    names = set(free_names(expr)) & changed
-                    shared = isinstance(expr, cst.Name) and not _starred(line.body[0], position)
-                    if names and not shared:
-                        raise Refused(
-                            f"forward computes a ctx value {where} from {min(names)}, which it "
-                            "changes in place later; compute it into a name before the block "
-                            "and pass the name to let it through",
-                            stmt,
-                        )
-
-    def _check_branch_order(self, stmt: cst.If) -> None:
-        """Refuse a ctx statement whose values its branch assigns again after it."""
-        node: Union[cst.If, cst.Else, None] = stmt
-        while node is not None:
-            body = list(getattr(node.body, "body", ()))
-            self._check_order(body, stmt, "under a condition", "branch")
-            node = node.orelse if isinstance(node, cst.If) else None
-
-    def _check_order(
-        self, body: List[cst.BaseStatement], stmt: cst.BaseStatement, where: str, block: str
-    ) -> None:
-        """Refuse a ctx statement of ``body`` whose values ``body`` assigns again after it."""
-        groups = alias_groups(self.body)
-        for position, inner in enumerate(body):
-            if not is_ctx_statement(inner, self.ctx):
-                continue
-            after: Set[str] = set()
-            changed: Set[str] = set()
-            for later in body[position + 1 :]:
-                assigned, mutated = bindings(later)
-                after |= assigned
-                changed |= mutated.union(*(groups.get(name, set()) for name in mutated))
-            self._check_recomputable([inner], changed, stmt, where)
-            changed = (loaded_names(inner) - {self.ctx}) & after
-            if changed:
-                raise Refused(
-                    f"forward saves {min(changed)} {where} and assigns it again in the same "
-                    f"{block}; save after the last assignment to let it through",
-                    stmt,
-                )
-
     def _snapshot_base(self, small: cst.BaseSmallStatement, position: int) -> str:
         if isinstance(small, (cst.Assign, cst.AnnAssign)):
             target = small.targets[0].target if isinstance(small, cst.Assign) else small.target
@@ -384,15 +335,6 @@ class Placement:
             self.values.inputs.add(name)
         elif kind == "intermediate":
             self.values.add_intermediate(name)
-
-
-def _starred(small: cst.BaseSmallStatement, position: int) -> bool:
-    """Whether argument ``position`` of a ctx call is unpacked (``*tensors``)."""
-    return (
-        isinstance(small, cst.Expr)
-        and isinstance(small.value, cst.Call)
-        and small.value.args[position].star == "*"
-    )
 
 
 def _replace_values(

@@ -151,6 +151,11 @@ class Planner:
     def already_decorated(self, node: cst.ClassDef) -> bool:
         return any(self.is_our_decorator(d) for d in node.decorators)
 
+    def torch_module(self) -> Optional[str]:
+        """The name ``import torch`` (or ``import torch as th``) binds in this module, if any."""
+        found = [local for local, full in self.names.imports.items() if full == "torch"]
+        return "torch" if "torch" in found else (found[0] if found else None)
+
     # -- planning
 
     def plan(self, node: cst.ClassDef) -> Plan:
@@ -191,7 +196,12 @@ class Planner:
             return
         kind = method_kind(forward)
         if kind == "instance":
-            raise Refused("forward is neither a @staticmethod nor a @classmethod", forward)
+            raise Refused(
+                "forward is an instance method, the legacy style no torch from 1.8 runs (calling "
+                "it raises RuntimeError); make it a @staticmethod forward(ctx, ...) called "
+                "through .apply to let it through",
+                forward,
+            )
         plan.decorate = True
         params = positional_params(forward, "forward", allow_star=True)
         ctx = (
@@ -220,7 +230,7 @@ class Planner:
     def _plan_forward(
         self, plan: Plan, forward: cst.FunctionDef, kind: str, grads: Optional[int]
     ) -> None:
-        analysis = ForwardAnalysis(forward, kind, grads)
+        analysis = ForwardAnalysis(forward, kind, grads, self.torch_module())
         split = analysis.split()
         plan.intermediates = len(split.values.intermediates)
         plan.forward_params = split.params

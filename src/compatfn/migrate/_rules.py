@@ -25,9 +25,13 @@ or from such a class in the same file) whose forward takes ctx:
     them) become compatfn.custom_fwd/custom_bwd(device_type=...); the switch itself stays;
   - forward(ctx, a, *args) becomes forward(a, *args) (setup_context unpacks inputs[:1] and
     inputs[1:]); reads of ctx.attr in forward, where forward set it, use the value (a name of
-    its own where needed); an if block that computes values and saves some of them is split:
-    forward keeps the computation, setup_context the ctx statements under the same condition
-    (on inputs); ctx attributes set inside such blocks become local variables of forward;
+    its own where needed); an if block (nested ifs included) that computes values and saves
+    some of them is split: forward keeps the computation, setup_context the ctx statements
+    under the same conditions (on inputs, or on a name forward hands over as it is); where a
+    condition tests a value forward computes, forward records which branch ran (branch_taken)
+    and setup_context tests that; a name only some paths assign starts as None; ctx attributes
+    set inside such blocks become local variables of forward; reads of ctx.needs_input_grad
+    in forward become a tuple computed first from the inputs (a tensor that requires grad);
     in with blocks of grad mode (torch.no_grad/enable_grad/set_grad_enabled), device guards
     (torch.cuda.device/device_of, torch.device) and autocast, ctx calls on plain names move to
     setup_context, ctx attributes become local variables computed in the block, and a tail of
@@ -35,6 +39,12 @@ or from such a class in the same file) whose forward takes ctx:
     moves after it; @torch.no_grad()/enable_grad() on forward stay; a backward without
     @staticmethod gets it; an input returned as it is and saved is returned as x.view_as(x)
     (torch 2.x requires it);
+  - an if block made only of ctx statements that reads the random state (torch.get_rng_state,
+    torch.cuda.get_rng_state, get_device_states, random.getstate, numpy's get_state) reads it
+    in forward, at the same place and under the same conditions, into names forward hands
+    over; setup_context sets the ctx attributes only where the original did;
+  - a return whose number of outputs cannot be read (`return (ys, *extra)`, a name holding a
+    tuple) stays one item, followed by the intermediates;
   - @compatfn.function and `import compatfn` are added (--decorator: your vendored copy), where
     isort and ruff put them.
 Fn.apply(...) callers need no change; comments, formatting, line endings, encoding and a
@@ -43,14 +53,15 @@ byte-order mark are kept; a second run changes nothing.
 Refused (left untouched, reported as `path:line: Class: reason` on stderr, with the change that
 would let it through): ctx attributes forward does not set read back, or ctx passed to a
 helper inside forward; ctx used in loops, try blocks, other with blocks, nested functions, or
-in an if block whose condition tests a value forward computes; a ctx call inside a with block
+in a nested if whose condition tests a value forward computes; a ctx call inside a with block
 given a computed value (name it first) or a name the block assigns again after the call; a
 random value or the random state set on ctx in an if block that also computes values, or drawn
 in the condition of such a block, or a ctx value computed under a condition from a tensor
 forward changes in place later (through a view, an alias, out=, inplace= or a method ending in
 _); := in a statement that would move; a list passed as *args to a ctx call and changed after
 it; del ctx.attr; an input named ctx; early or bare returns next to ctx calls; keyword-only or
-**kwargs parameters; unknown forward
+**kwargs parameters; an instance-method forward (the legacy style torch no longer runs); unknown
+forward
 decorators; super() calls other than `return super().forward(ctx, ...)` to a migrated class in
 the same file, and a backward that calls super(); a whole in-file class hierarchy when one of
 its classes is refused; a class deriving from torch's InplaceFunction or NestedIOFunction;

@@ -314,6 +314,14 @@ def fresh_name(base: str, taken: Set[str]) -> str:
     return name
 
 
+def is_docstring(stmt: cst.BaseStatement) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
 def statement(code: str) -> cst.BaseStatement:
     return cst.parse_statement(code)
 

@@ -1,10 +1,10 @@
 """Functions migrate must refuse: it cannot prove a rewrite equivalent.
 
 Models the patterns of bitsandbytes' bitsandbytes/autograd/_functions.py (MatMul8bitLt: an
-early return for empty inputs with its own ctx handling; state objects handed to helpers; the
-ctx attributes CheckpointFunction builds in a loop now migrate, see intermediates.py),
-and of Functions that read ctx.needs_input_grad in forward or save under a data-dependent
-condition. Written for compatfn's tests; each class still works as written.
+early return for empty inputs with its own ctx handling; state objects handed to helpers) and
+sparsemax/sparsemax.py (``ctx, x = helper(ctx, x)`` under an ``if``, the helper in another
+file); the ctx attributes torch's CheckpointFunction builds in a loop now migrate (see
+intermediates.py). Written for compatfn's tests; each class still works as written.
 """
 
 import torch
@@ -14,16 +14,9 @@ def _remember(ctx, x):
     ctx.save_for_backward(x)
 
 
-class ReadsNeedsInputGrad(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        scale = 2.0 if ctx.needs_input_grad[0] else 1.0
-        return x * scale
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * 2.0
+def _flatten(ctx, x):
+    ctx.original_size = x.size()
+    return ctx, x.reshape(x.size(0), -1)
 
 
 class CtxToHelper(torch.autograd.Function):
@@ -38,20 +31,21 @@ class CtxToHelper(torch.autograd.Function):
         return grad * x.cos()
 
 
-class DataConditionalSave(torch.autograd.Function):
+class CtxThroughHelperIf(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x):
-        y = x.exp()
-        if y.sum() > 10:
-            ctx.save_for_backward(y)
-        else:
-            ctx.save_for_backward(x.exp())
+    def forward(ctx, x, dim):
+        ctx.needs_reshaping = x.dim() > 2
+        ctx.dim = dim
+        if ctx.needs_reshaping:
+            ctx, x = _flatten(ctx, x)
+        y = x.relu()
+        ctx.save_for_backward(y)
         return y
 
     @staticmethod
     def backward(ctx, grad):
         (y,) = ctx.saved_tensors
-        return grad * y
+        return grad * (y > 0), None
 
 
 class EmptyEarlyReturn(torch.autograd.Function):
@@ -75,8 +69,7 @@ class EmptyEarlyReturn(torch.autograd.Function):
 CASES = {}
 #: class name -> the reason migrate gives (a substring of it).
 REFUSED = {
-    "ReadsNeedsInputGrad": "forward reads ctx.needs_input_grad back, which forward does not set",
     "CtxToHelper": "forward passes ctx to _remember()",
-    "DataConditionalSave": "ctx under a condition on y, a value forward computes",
+    "CtxThroughHelperIf": "forward passes ctx to _flatten()",
     "EmptyEarlyReturn": "forward returns from more than one place",
 }

@@ -128,7 +128,6 @@ class NoGradTailBranch(torch.autograd.Function):
         with torch.no_grad():
             result = (x.exp(), x.sin()) if flag is not None else x.exp() * 2
 
-        y = None
         extra = None
         if flag is None:
             y = result
