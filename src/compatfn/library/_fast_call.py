@@ -17,6 +17,7 @@ from compatfn.library._facts import (
     is_tracing,
     storage_id,
 )
+from compatfn.library._kernels import check_no_alias, detached
 from compatfn.library._utils import distinct_storage_source
 
 if TYPE_CHECKING:
@@ -78,7 +79,8 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     # torch's C-level apply runs the class without compatfn's binding and checks.
     globals_["apply"] = C_APPLY.__get__(None, simple_function(op))
     globals_["kernel"] = op._kernels.get(None)
-    globals_["detached"] = op._detached
+    globals_["detached"] = detached
+    globals_["check_no_alias"] = check_no_alias
     plain: List[str] = []
     tensors = [n for _, n in op._tensor_params]
     if op._opoverload is not None:  # tracing, modes and transforms need the dispatcher
@@ -109,7 +111,7 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         "        $out = $detached($out)",
         f"if type($out) is $Tensor and {distinct}:",
         "    return $out",
-        f"$self._check_no_alias({inputs}, $out)",
+        f"$check_no_alias($self, {inputs}, $out)",
         "return $out",
     ]
     return [f"if {' and '.join(plain) or 'True'}:"] + [f"    {line}" for line in short]

@@ -24,7 +24,7 @@ from compatfn.library._facts import (
     torch_autograd_backward,
     torch_function_mode_enabled,
 )
-from compatfn.library._infer_schema import _resolve
+from compatfn.library._infer_schema import SCALAR_TYPES, _resolve
 from compatfn.library._utils import aliases_any, distinct_storage_source, legacy_function_class
 
 __all__ = ["FastCustomOpDef", "install_call", "op_class"]
@@ -64,7 +64,6 @@ __all__ = ["FastCustomOpDef", "install_call", "op_class"]
 # ``Library.impl``) is not seen by it.
 
 _MISSING: Any = type("MissingArgument", (), {"__repr__": lambda self: "<missing>"})()
-_SCALARS = (int, float, bool, str, torch.dtype, torch.device)
 _DEFAULTS_COMPARABLE = (int, float, bool, str)
 _Base: Any = TorchCustomOpDef if TorchCustomOpDef is not None else object
 
@@ -91,7 +90,7 @@ def _simple_kinds(opdef: Any) -> Optional[List[Tuple[str, Any]]]:
             return None
         if annotation is torch.Tensor and str(arg.type) == "Tensor":
             kinds.append((p.name, None))
-        elif annotation in _SCALARS:
+        elif annotation in SCALAR_TYPES:
             kinds.append((p.name, annotation))
         else:
             return None
