@@ -49,8 +49,10 @@ __all__ = ["generated_call"]
 # Function's node when it runs through autograd and as the kernel's own ops when it does not.
 # torch.jit.trace checks its trace by running it again under no_grad, so a call recorded with a
 # parameter requiring grad would fail that check ("Graphs differed across invocations"). While
-# the tracer runs, every call goes through the Function, so the trace has one node for the op
-# whatever the grad mode, as an operator's call does on newer torch.
+# the tracer runs, every call goes through the Function (the short path's own when it applies),
+# so the trace has one node for the op whatever the grad mode, as an operator's call does on newer
+# torch. The short path asks the tracer only where no input requires grad: with one, the call goes
+# through the Function anyway.
 
 
 def _conversion_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
@@ -89,9 +91,8 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         # First: dynamo 2.1 cannot trace type(tensor).
         probes = " or ".join(f"$probe{i}()" for i in range(len(DISPATCHER_PROBES)))
         plain.append(f"not ({probes})")
-    else:  # See NOTE: [tracing without a dispatcher]
+    else:  # See NOTE: [tracing without a dispatcher]: asked only where no input requires grad
         globals_["is_tracing"] = is_tracing
-        plain.append("not $is_tracing()")
     # Tensor subclasses, torch.fx proxies and wrong arguments take the general path.
     plain += [f"(type({t}) is $Tensor or type({t}) is $Parameter)" for t in tensors]
     if HAS_META_DEVICE:  # meta tensors get the fake kernel, or torch's error
@@ -101,8 +102,11 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     )
     # As torch 2.7+ and the general path: autograd, so setup_context, only in grad mode.
     requires_grad = " or ".join(f"{t}.requires_grad" for t in tensors) or "False"
+    through_autograd = f"({requires_grad}) and $grad_enabled()"
+    if op._opoverload is None:
+        through_autograd = f"({through_autograd}) or $is_tracing()"
     short = [
-        f"if ({requires_grad}) and $grad_enabled():",
+        f"if {through_autograd}:",
         f"    $out = $apply({', '.join(positional)})",
         "else:",
         f"    $out = $kernel({', '.join(positional)})",
