@@ -236,73 +236,6 @@ def test_registering_after_calls_changes_the_next_call(tier):
 
 
 @pytest.mark.parametrize("tier", TIERS)
-def test_register_kernel_without_device_types_replaces_the_default(tier):
-    """``register_kernel(None, fn)`` is the kernel for every device without its own, as in
-    torch; backward works without a setup_context."""
-
-    @make(tier, "default")
-    def default(x: torch.Tensor) -> torch.Tensor:
-        return x + 1
-
-    default.register_autograd(lambda ctx, g: g * 3)
-    default.register_kernel(None, lambda x: x + 2)
-    x = torch.zeros(2, requires_grad=True)
-    assert torch.equal(default(x.detach()), torch.full((2,), 2.0))
-    out = default(x)
-    assert torch.equal(out.detach(), torch.full((2,), 2.0))
-    assert torch.equal(torch.autograd.grad(out.sum(), x)[0], torch.full((2,), 3.0))
-
-
-@pytest.mark.parametrize("tier", TIERS)
-def test_meta_tensors_need_a_fake_kernel(tier):
-    """As on torch >= 2.4: the kernel never runs for meta tensors; without a fake kernel the call
-    raises torch's error, once one is registered it runs (also after earlier calls)."""
-    if not library.HAS_META_DEVICE:
-        pytest.skip(f"torch {torch.__version__} has no meta device")
-    ran: List[str] = []
-
-    @make(tier, "plus")
-    def plus(x: torch.Tensor) -> torch.Tensor:
-        ran.append("kernel")
-        return x + 1
-
-    plus.register_autograd(lambda ctx, g: g)
-    meta = torch.empty(3, device="meta")
-    assert torch.equal(plus(torch.zeros(1)), torch.ones(1)) and ran == ["kernel"]
-    for requires_grad in (False, True):
-        with pytest.raises(RuntimeError, match="There was no fake impl registered for"):
-            plus(meta.clone().requires_grad_(requires_grad))
-
-    @plus.register_fake
-    def _(x):
-        ran.append("fake")
-        return torch.empty_like(x)
-
-    del ran[:]
-    for requires_grad in (False, True):
-        out = plus(meta.clone().requires_grad_(requires_grad))
-        assert out.device.type == "meta" and out.shape == (3,)
-    assert ran == ["fake", "fake"]
-    assert torch.equal(plus(torch.zeros(1)), torch.ones(1)) and ran[-1] == "kernel"
-
-
-@pytest.mark.parametrize("tier", [t for t in TIERS if t != "torch"])
-def test_a_kernel_for_meta_tensors(tier):
-    """``register_kernel("meta", fn)`` serves meta tensors where no fake kernel is registered (as
-    on torch 2.15; torch 2.7's own CustomOpDef refuses it, so torch's tier is not asked)."""
-    if not library.HAS_META_DEVICE:
-        pytest.skip(f"torch {torch.__version__} has no meta device")
-
-    @make(tier, "meta_kernel")
-    def meta_kernel(x: torch.Tensor) -> torch.Tensor:
-        return x + 1
-
-    meta_kernel.register_kernel("meta", lambda x: x.new_empty((*x.shape, 2)))
-    assert meta_kernel(torch.empty(3, device="meta")).shape == (3, 2)
-    assert torch.equal(meta_kernel(torch.zeros(1)), torch.ones(1))
-
-
-@pytest.mark.parametrize("tier", TIERS)
 def test_tensor_lists_get_gradients(tier):
     """Also with trailing defaults left out: torch 2.4-2.13's own custom_op failed there in
     backward (CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS, routed around by compatfn)."""
@@ -360,32 +293,6 @@ def test_a_gradient_for_an_elided_default_is_not_dropped(tier):
     )
     with pytest.raises(RuntimeError, match=message):
         torch.autograd.grad(shifted([a, b]).sum(), (a, b))
-
-
-@pytest.mark.parametrize("tier", TIERS)
-def test_fake_kernel_runs_for_meta_tensors(tier):
-    if not library.HAS_META_DEVICE:
-        pytest.skip(f"torch {torch.__version__} has no meta device")
-
-    @make(tier, "npcos")
-    def npcos(x: torch.Tensor) -> torch.Tensor:
-        return torch.from_numpy(np.cos(x.numpy()))
-
-    npcos.register_fake(lambda x: x.new_empty(x.shape))
-    out = npcos(torch.empty(2, 3, device="meta"))
-    assert out.device.type == "meta" and out.shape == (2, 3)
-
-
-@pytest.mark.parametrize("tier", TIERS)
-def test_kernel_per_device_type(tier):
-    @make(tier, "which", device_types="cpu")
-    def which(x: torch.Tensor) -> torch.Tensor:
-        return x + 1
-
-    assert torch.equal(which(torch.zeros(1)), torch.ones(1))
-    if library.HAS_META_DEVICE:
-        with pytest.raises(RuntimeError, match="There was no fake impl registered for"):
-            which(torch.zeros(1, device="meta"))  # no fake kernel, no meta kernel
 
 
 # --------------------------------------------------------------------------- exactness
@@ -460,44 +367,6 @@ def test_a_given_schema_is_checked_at_definition(tier):
     x = torch.zeros(2)
     op(x, torch.ones(2))
     assert x.tolist() == [1.0, 1.0]
-
-
-@pytest.mark.parametrize("tier", TIERS)
-def test_an_unknown_device_type_is_refused(tier):
-    """torch's own error for "gpu" (torch 1.13-2.3 before: "could not parse dispatch key")."""
-
-    def f(x: torch.Tensor) -> torch.Tensor:
-        return x * 2
-
-    with pytest.raises(RuntimeError, match="Expected one of cpu, cuda"):
-        make(tier, "gpu", device_types="gpu")(f)
-    op = make(tier, "dev")(f)
-    with pytest.raises(RuntimeError, match="Expected one of cpu, cuda"):
-        op.register_kernel("gpu", f)
-
-
-@pytest.mark.parametrize("tier", TIERS)
-def test_set_kernel_enabled(tier):
-    """Inside the block the function the op was made from runs, as in torch (compatfn's tiers
-    before: no such method)."""
-
-    @make(tier, "switch")
-    def op(x: torch.Tensor) -> torch.Tensor:
-        return x * 2
-
-    op.register_kernel("cpu", lambda x: x * 3)
-    if tier == "torch" and not hasattr(_torch_custom_op_def(), "set_kernel_enabled"):
-        assert not hasattr(op, "set_kernel_enabled")  # torch 2.4's own object: torch 2.5+
-        return
-    with op.set_kernel_enabled("cpu", False):
-        assert op(torch.ones(1)).item() == 2.0
-    assert op(torch.ones(1)).item() == 3.0
-
-
-def _torch_custom_op_def() -> type:
-    from torch._library.custom_ops import CustomOpDef
-
-    return CustomOpDef
 
 
 @pytest.mark.parametrize("tier", [t for t in TIERS if t != "torch"])

@@ -26,8 +26,9 @@ Write a custom operator once, with torch 2.4's API, and run it everywhere::
 What each torch gives (the tier is decided once, at import, by feature detection; ``TIER``):
 
 * ``torch`` -- torch has ``torch.library.custom_op`` (2.4+): the op is made by torch's own
-  ``custom_op`` (``_torch_tier``); the object returned is torch's ``CustomOpDef`` in a subclass
-  whose eager calls skip the dispatcher where nothing needs it (``_torch_call``).
+  ``custom_op`` (``_torch_tier``); the object returned shares the state of torch's ``CustomOpDef``
+  in a subclass (``_torch_op``) whose eager calls skip the dispatcher where nothing needs it
+  (``_torch_call``).
 * ``registered`` -- torch has ``torch.library.Library`` (1.13-2.3): a real operator
   ``torch.ops.<namespace>.<name>`` (kernels per device key, the fake kernel as its ``Meta``
   kernel, autograd as an ``Autograd`` kernel running a ``compatfn.function`` that redispatches

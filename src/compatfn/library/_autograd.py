@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Dict, List
 import torch
 
 from compatfn.core import function, generated_function
+from compatfn.library._kernels import run_kernel
 from compatfn.library._registration import below_autograd
 from compatfn.library._utils import legacy_function_class, unflatten
 
@@ -40,7 +41,7 @@ def autograd_function(op: CustomOp, dispatched: bool) -> Any:
     def run(call: Call, flat: tuple) -> Any:
         inputs = unflatten(flat, call.layout)
         if not dispatched:
-            out = op._run_kernel(inputs, call.keyword_only)
+            out = run_kernel(op, inputs, call.keyword_only)
         else:
             out = below_autograd(op._opoverload, inputs, call.keyword_only)
         return tuple(out) if op._returns_list else out  # autograd tracks tuples, not lists

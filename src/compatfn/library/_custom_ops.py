@@ -20,9 +20,8 @@ from compatfn.library._infer_schema import (
     returns_only_tensors,
     tensor_parameters,
 )
+from compatfn.library._kernels import check_device_types, detached, run_kernel
 from compatfn.library._utils import (
-    aliases_any,
-    bump_version,
     device_types_tuple,
     dispatch_key,
     flatten,
@@ -75,7 +74,7 @@ class CustomOp:
         tags: Sequence[Any] = (),
     ) -> None:
         self._namespace, self._name, self._overload = parse_qualname(qualname)
-        _check_device_types(device_types)
+        check_device_types(device_types)
         self._full_name = f"{self._name}.{self._overload}" if self._overload else self._name
         self._qualname = qualname
         if schema is not None:
@@ -207,87 +206,18 @@ class CustomOp:
             output = fn.apply(Call(layout, keyword_only), *flat)
             return list(output) if self._returns_list else output
         if fn is self._eager_fn:  # as below torch's autograd kernel: no graph recorded
-            return self._detached(self._run_kernel(inputs, keyword_only))
+            return detached(run_kernel(self, inputs, keyword_only))
         return _registration.below_autograd(self._opoverload, inputs, keyword_only)
-
-    def _kernel_for(self, inputs: tuple) -> Callable:
-        tensors = tensors_in(inputs)
-        device = tensors[0].device.type if tensors else "cpu"
-        if device == "meta":
-            return self._meta_kernel_for()
-        kernel = self._kernels.get(device, self._kernels.get(None))
-        if device in self._disabled_kernels and device in self._kernels:
-            return self.__wrapped__  # as torch: the function the op was made from
-        if kernel is None:
-            have = ", ".join(sorted(str(k) for k in self._kernels)) or "none"
-            raise NotImplementedError(
-                f"{self._qualname}: no kernel for device type {device!r} (registered: {have}). "
-                f"Add one with @{self._name}.register_kernel({device!r})."
-            )
-        return kernel
-
-    def _meta_kernel_for(self) -> Callable:
-        """The fake kernel, else a kernel registered for ``"meta"``, else torch's error (the
-        device-generic kernel never runs for meta tensors, as on torch >= 2.4)."""
-        kernel = self._fake or self._kernels.get("meta")
-        if kernel is None:
-            raise RuntimeError(
-                f"There was no fake impl registered for {self!r}. This is necessary for "
-                f"torch.compile/export/fx tracing to work. Please use "
-                f"`{self._name}.register_fake` to add an fake impl."
-            )
-        return kernel
-
-    def _run_kernel(self, inputs: tuple, keyword_only: Dict[str, Any]) -> Any:
-        kernel = self._kernel_for(inputs)
-        mutated = self._mutated_tensors(inputs) if kernel is not self._fake else []
-        versions = [t._version for t in mutated]
-        output = kernel(*inputs, **keyword_only)
-        if kernel is not self._fake:
-            self._check_no_alias(inputs, output)
-            for t, version in zip(mutated, versions):
-                if t._version == version:  # mutated outside torch (NumPy): tell autograd
-                    bump_version(t)
-        return output
-
-    @staticmethod
-    def _detached(output: Any) -> Any:
-        """``output`` with no tensor requiring grad: as below torch's autograd kernel, what a
-        kernel captured (a parameter) records no graph."""
-        if isinstance(output, torch.Tensor):
-            return output.detach() if output.requires_grad else output
-        if isinstance(output, (tuple, list)) and any(
-            isinstance(o, torch.Tensor) and o.requires_grad for o in output
-        ):
-            return type(output)(CustomOp._detached(o) for o in output)
-        return output
-
-    def _check_no_alias(self, inputs: tuple, output: Any) -> None:
-        """torch's rule: no output shares storage with an input or with another output."""
-        outputs = output if isinstance(output, (tuple, list)) else (output,)
-        if aliases_any(inputs, outputs):
-            raise RuntimeError(
-                f"{self._qualname}: The output of this custom operator (1) must not also be "
-                "an input to this custom operator and (2) may not alias any inputs to this "
-                "custom operator or other returns. Please instead return a clone of the "
-                "offending output tensor(s) (e.g. return x.clone()) or refactor the custom "
-                "operator to not return it."
-            )
 
     def _mutated_positions(self, mutates_args: Union[str, Iterable[str]]) -> Tuple[int, ...]:
         names = self._positional if isinstance(mutates_args, str) else set(mutates_args)
         return tuple(i for i, n in enumerate(self._positional) if n in names)
 
-    def _mutated_tensors(self, inputs: tuple) -> List[torch.Tensor]:
-        if not self._mutated:
-            return []
-        return tensors_in(inputs[i] for i in self._mutated)
-
     # ---------------------------------------------------------------- dispatcher kernels
 
     def _device_kernel(self, *args: Any, **kwargs: Any) -> Any:
         inputs, keyword_only = self._bind(args, kwargs)
-        return self._run_kernel(inputs, keyword_only)
+        return run_kernel(self, inputs, keyword_only)
 
     def _meta_kernel(self, *args: Any, **kwargs: Any) -> Any:
         assert self._fake is not None
@@ -312,7 +242,7 @@ class CustomOp:
                 return x.sin()
         """
 
-        _check_device_types(device_types_tuple(device_types))
+        check_device_types(device_types_tuple(device_types))
 
         def register(kernel: Callable) -> Callable:
             for device in device_types_tuple(device_types) or (None,):  # None: every device
@@ -412,7 +342,7 @@ class CustomOp:
 
         Example: ``mysin.register_autocast("cuda", torch.float16)``.
         """
-        _check_device_types((device_type,))
+        check_device_types((device_type,))
         if device_type not in ("cpu", "cuda"):
             raise ValueError(
                 f"{self._qualname}: register_autocast supports device_type 'cpu' or 'cuda' on "
@@ -420,10 +350,3 @@ class CustomOp:
             )
         self._autocast[device_type] = cast_inputs
         self._regenerate_call()
-
-
-def _check_device_types(device_types: Optional[Tuple[str, ...]]) -> None:
-    """torch's error for a device type it does not know ("gpu"), as torch 2.4+ at definition."""
-    for device_type in device_types or ():
-        if device_type != "meta":  # torch 1.8 has no meta device; its fake kernels never run
-            torch.device(device_type)

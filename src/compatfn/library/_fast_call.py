@@ -17,6 +17,7 @@ from compatfn.library._facts import (
     is_tracing,
     storage_id,
 )
+from compatfn.library._kernels import check_no_alias, detached
 from compatfn.library._utils import distinct_storage_source
 
 if TYPE_CHECKING:
@@ -48,8 +49,10 @@ __all__ = ["generated_call"]
 # Function's node when it runs through autograd and as the kernel's own ops when it does not.
 # torch.jit.trace checks its trace by running it again under no_grad, so a call recorded with a
 # parameter requiring grad would fail that check ("Graphs differed across invocations"). While
-# the tracer runs, every call goes through the Function, so the trace has one node for the op
-# whatever the grad mode, as an operator's call does on newer torch.
+# the tracer runs, every call goes through the Function (the short path's own when it applies),
+# so the trace has one node for the op whatever the grad mode, as an operator's call does on newer
+# torch. The short path asks the tracer only where no input requires grad: with one, the call goes
+# through the Function anyway.
 
 
 def _conversion_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
@@ -78,7 +81,8 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     # torch's C-level apply runs the class without compatfn's binding and checks.
     globals_["apply"] = C_APPLY.__get__(None, simple_function(op))
     globals_["kernel"] = op._kernels.get(None)
-    globals_["detached"] = op._detached
+    globals_["detached"] = detached
+    globals_["check_no_alias"] = check_no_alias
     plain: List[str] = []
     tensors = [n for _, n in op._tensor_params]
     if op._opoverload is not None:  # tracing, modes and transforms need the dispatcher
@@ -87,9 +91,8 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         # First: dynamo 2.1 cannot trace type(tensor).
         probes = " or ".join(f"$probe{i}()" for i in range(len(DISPATCHER_PROBES)))
         plain.append(f"not ({probes})")
-    else:  # See NOTE: [tracing without a dispatcher]
+    else:  # See NOTE: [tracing without a dispatcher]: asked only where no input requires grad
         globals_["is_tracing"] = is_tracing
-        plain.append("not $is_tracing()")
     # Tensor subclasses, torch.fx proxies and wrong arguments take the general path.
     plain += [f"(type({t}) is $Tensor or type({t}) is $Parameter)" for t in tensors]
     if HAS_META_DEVICE:  # meta tensors get the fake kernel, or torch's error
@@ -99,8 +102,11 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     )
     # As torch 2.7+ and the general path: autograd, so setup_context, only in grad mode.
     requires_grad = " or ".join(f"{t}.requires_grad" for t in tensors) or "False"
+    through_autograd = f"({requires_grad}) and $grad_enabled()"
+    if op._opoverload is None:
+        through_autograd = f"({through_autograd}) or $is_tracing()"
     short = [
-        f"if ({requires_grad}) and $grad_enabled():",
+        f"if {through_autograd}:",
         f"    $out = $apply({', '.join(positional)})",
         "else:",
         f"    $out = $kernel({', '.join(positional)})",
@@ -109,7 +115,7 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         "        $out = $detached($out)",
         f"if type($out) is $Tensor and {distinct}:",
         "    return $out",
-        f"$self._check_no_alias({inputs}, $out)",
+        f"$check_no_alias($self, {inputs}, $out)",
         "return $out",
     ]
     return [f"if {' and '.join(plain) or 'True'}:"] + [f"    {line}" for line in short]

@@ -15,6 +15,7 @@ import torch.types
 from compatfn.library._facts import SCALAR_TYPE_NUMBERS, int_type, parser_reads_dtype_names
 
 __all__ = [
+    "SCALAR_TYPES",
     "check_given_schema",
     "infer_schema",
     "returns_only_tensors",
@@ -34,6 +35,9 @@ _SCALARS: Dict[Any, Tuple[str, bool]] = {
     torch.device: ("Device", False),
     torch.types.Number: ("Scalar", True),  # typing.Union[int, float, bool] (complex on 2.x)
 }
+#: The scalar parameter types a generated call's short path hands to the kernel as they are (after
+#: one exact ``type(x) is`` test each; anything else is converted or goes to the dispatcher).
+SCALAR_TYPES = (int, float, bool, str, torch.dtype, torch.device)
 _SEQUENCES = (list, collections.abc.Sequence, typing.List, typing.Sequence)
 
 
@@ -218,6 +222,6 @@ def tensor_parameters(
         annotation = _resolve(p.annotation, fn)
         if annotation is torch.Tensor:
             tensors.append((i, p.name))
-        elif annotation not in (int, float, bool, str, torch.dtype, torch.device):
+        elif annotation not in SCALAR_TYPES:
             only_scalars = False
     return tensors, only_scalars

@@ -1,5 +1,5 @@
-"""The op object of the "torch" tier (torch >= 2.4): torch's ``CustomOpDef`` with a fast eager
-call (See NOTE: [the torch tier's call])."""
+"""The fast eager call of the "torch" tier's op objects (torch >= 2.4), generated per op (See
+NOTE: [the torch tier's call]); the op object itself is in ``_torch_op``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from compatfn.core import dynamo_tracing, generated_function, transforms_active
 from compatfn.library._facts import (
     AUTOGRAD_KERNEL_ALWAYS_APPLIES,
     C_APPLY,
-    TorchCustomOpDef,
     any_autocast_enabled,
     autograd_profiler,
     dispatch_mode_count,
@@ -24,19 +23,20 @@ from compatfn.library._facts import (
     torch_autograd_backward,
     torch_function_mode_enabled,
 )
-from compatfn.library._infer_schema import _resolve
+from compatfn.library._infer_schema import SCALAR_TYPES, _resolve
 from compatfn.library._utils import aliases_any, distinct_storage_source, legacy_function_class
 
-__all__ = ["FastCustomOpDef", "install_call", "op_class"]
+__all__ = ["generated_call"]
 
 # NOTE: [the torch tier's call]
 # torch's ``CustomOpDef.__call__`` sends every call through the dispatcher: the Autograd kernel, an
 # autograd Function, a redispatch below autograd and the Python kernel, with their Python wrappers
 # (1.9-2.8x a hand-written autograd.Function in eager forward, measured). compatfn keeps torch's
-# object -- its registration, every method, ``torch.ops.<ns>.<name>`` -- and gives each op a class
-# of its own whose ``__call__`` is generated with the op's parameters (as on compatfn's own tiers,
-# See NOTE: [the op's call]). A simple op (its only kernel the function it was made from, tensors
-# and plain scalars in, tensors out, no aliasing or keyword-only parameters in its schema, the
+# object -- its registration, every method, ``torch.ops.<ns>.<name>`` -- and hands out an op
+# object sharing its state whose call is generated with the op's parameters (as on compatfn's own
+# tiers, See NOTE: [the op's call]; See NOTE: [the op object's call] for the object). A simple
+# op (its only kernel the function it was made from, tensors and plain scalars in, tensors out,
+# no aliasing or keyword-only parameters in its schema, the
 # function's defaults the schema's) takes a short path when every argument has the exact type the
 # schema wants (so nothing needs converting: anything else goes to the dispatcher, which converts it
 # or raises torch's own error), the tensors are plain (strided, not meta, nested, or lazily
@@ -64,9 +64,7 @@ __all__ = ["FastCustomOpDef", "install_call", "op_class"]
 # ``Library.impl``) is not seen by it.
 
 _MISSING: Any = type("MissingArgument", (), {"__repr__": lambda self: "<missing>"})()
-_SCALARS = (int, float, bool, str, torch.dtype, torch.device)
 _DEFAULTS_COMPARABLE = (int, float, bool, str)
-_Base: Any = TorchCustomOpDef if TorchCustomOpDef is not None else object
 
 
 def _simple_kinds(opdef: Any) -> Optional[List[Tuple[str, Any]]]:
@@ -91,7 +89,7 @@ def _simple_kinds(opdef: Any) -> Optional[List[Tuple[str, Any]]]:
             return None
         if annotation is torch.Tensor and str(arg.type) == "Tensor":
             kinds.append((p.name, None))
-        elif annotation in _SCALARS:
+        elif annotation in SCALAR_TYPES:
             kinds.append((p.name, annotation))
         else:
             return None
@@ -210,7 +208,7 @@ def _short_path_lines(
     if scalars:
         body += [
             f"if {' or '.join(scalars)}:",
-            f"    return $dispatch($self, {inputs}, $names, (), {{}})",
+            f"    return $dispatch($state, {inputs}, $names, (), {{}})",
         ]
     body += [f"if {grad}:", *_apply_lines(opdef, names, g), "else:"]
     body += [
@@ -221,7 +219,7 @@ def _short_path_lines(
         "        $out = $below_autograd($out)",
         f"if type($out) is $Tensor and {distinct}:",
         "    return $out",
-        f"return $checked($self, {inputs}, $out)",
+        f"return $checked($state, {inputs}, $out)",
     ]
     return [f"if {' and '.join(test)}:"] + [f"    {line}" for line in [*defaults, *body]]
 
@@ -249,11 +247,12 @@ def _apply_lines(opdef: Any, names: List[str], g: Dict[str, Any]) -> List[str]:
     return lines(len(names), "    ")
 
 
-def _generated_call(opdef: Any) -> Callable:
-    """The op's ``__call__`` as it is registered now (See NOTE: [the torch tier's call])."""
+def generated_call(opdef: Any) -> Callable:
+    """The op's call as it is registered now (See NOTE: [the torch tier's call]): a function of
+    the call's arguments alone, reading the op's state (its ``__dict__``)."""
     kinds = _simple_kinds(opdef)
     if kinds is None:
-        return _Base.__call__  # type: ignore[no-any-return]
+        return _torch_call(opdef.__dict__)
     fn = opdef._init_fn
     params = list(inspect.signature(fn).parameters.values())
     g: Dict[str, Any] = {
@@ -264,14 +263,14 @@ def _generated_call(opdef: Any) -> Callable:
         "checked": _checked_output,
         "dispatch": _dispatcher_call,
         "below_autograd": _below_autograd,
-        "self": None,
+        "state": opdef.__dict__,
         "names": None,
         "out": None,
         "args": None,
         "kwargs": None,
     }
     # Every parameter defaults to MISSING: what the caller left out stays out of a dispatcher call.
-    header = ["$self", *(f"{p.name}=$MISSING" for p in params), "*$args", "**$kwargs"]
+    header = [*(f"{p.name}=$MISSING" for p in params), "*$args", "**$kwargs"]
     names = [n for n, _ in kinds]
     values = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
     # The short path fills the function's defaults in.
@@ -282,7 +281,7 @@ def _generated_call(opdef: Any) -> Callable:
             body += [f"if {p.name} is $MISSING:", f"    {p.name} = $default{i}"]
     body = _short_path_lines(opdef, kinds, g, body)
     g["names"] = tuple(names)
-    body.append(f"return $dispatch($self, {values}, $names, $args, $kwargs)")
+    body.append(f"return $dispatch($state, {values}, $names, $args, $kwargs)")
     source = f"def $function({', '.join(header)}):\n" + "".join(f"    {b}\n" for b in body)
     call: Any = generated_function(source, g, set(names), f"<call of custom op {opdef._qualname}>")
     name = (
@@ -302,7 +301,18 @@ def _below_autograd(output: Any) -> Any:
     return output
 
 
-def _dispatcher_call(opdef: Any, values: tuple, names: tuple, args: tuple, kwargs: dict) -> Any:
+def _torch_call(state: Dict[str, Any]) -> Callable:
+    """torch's own ``CustomOpDef.__call__`` for the op whose state is ``state``: its operator."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return state["_opoverload"](*args, **kwargs)
+
+    return call
+
+
+def _dispatcher_call(
+    state: Dict[str, Any], values: tuple, names: tuple, args: tuple, kwargs: dict
+) -> Any:
     """The call as torch's own ``CustomOpDef.__call__`` makes it (every call the short path does
     not take): the operator, given what the caller gave (positionally up to the first argument
     left out, then by name), so that torch converts the arguments or raises its own error."""
@@ -316,14 +326,15 @@ def _dispatcher_call(opdef: Any, values: tuple, names: tuple, args: tuple, kwarg
             keywords[name] = value
         else:
             positional.append(value)
-    return opdef._opoverload(*positional, *args, **keywords, **kwargs)
+    return state["_opoverload"](*positional, *args, **keywords, **kwargs)
 
 
-def _checked_output(opdef: Any, inputs: tuple, output: Any) -> Any:
+def _checked_output(state: Dict[str, Any], inputs: tuple, output: Any) -> Any:
     """The short path's output when it is what the schema returns and keeps torch's aliasing rule;
     else the call again through the dispatcher, where torch raises its own error (See NOTE: [the
     torch tier's call])."""
-    count = len(opdef._opoverload._schema.returns)
+    overload = state["_opoverload"]
+    count = len(overload._schema.returns)
     outputs = (output,) if count == 1 else output
     if (
         isinstance(outputs, tuple)
@@ -332,51 +343,4 @@ def _checked_output(opdef: Any, inputs: tuple, output: Any) -> Any:
         and not aliases_any(inputs, outputs)
     ):
         return output
-    return opdef._opoverload(*inputs)
-
-
-def install_call(opdef: Any) -> None:
-    """Give ``opdef``'s class the op's call as it is registered now."""
-    type(opdef).__call__ = _generated_call(opdef)
-
-
-class FastCustomOpDef(_Base):  # type: ignore[misc,valid-type]
-    """torch's ``CustomOpDef`` (torch >= 2.4) whose eager calls skip the dispatcher where nothing
-    needs it (See NOTE: [the torch tier's call]); every method is torch's.
-
-    Example::
-
-        >>> @compatfn.custom_op("mylib::twice", mutates_args=())
-        ... def twice(x: torch.Tensor) -> torch.Tensor:
-        ...     return x * 2
-        >>> twice(torch.ones(2))
-        tensor([2., 2.])
-    """
-
-    def register_kernel(self, device_types: Any, fn: Optional[Callable] = None, /) -> Callable:
-        register = _Base.register_kernel(self, device_types)  # torch's checks, now
-
-        def registered(kernel: Callable) -> Callable:
-            result = register(kernel)
-            self._compatfn_kernel_replaced = True
-            install_call(self)
-            return result  # type: ignore[no-any-return]
-
-        return registered if fn is None else registered(fn)
-
-    def register_autograd(self, *args: Any, **kwargs: Any) -> None:
-        _Base.register_autograd(self, *args, **kwargs)
-        install_call(self)
-
-    if hasattr(_Base, "register_autocast"):  # torch >= 2.5
-
-        def register_autocast(self, *args: Any, **kwargs: Any) -> Any:
-            result = _Base.register_autocast(self, *args, **kwargs)
-            self._compatfn_autocast_rule = True
-            install_call(self)
-            return result
-
-
-def op_class(base: Any) -> Any:
-    """A class of the op's own (its ``__call__`` is the op's), derived from ``base``."""
-    return type("CustomOpDef", (base,), {"__module__": base.__module__})
+    return overload(*inputs)

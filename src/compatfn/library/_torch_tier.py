@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import functools
 import re
-import weakref
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 import torch
 
@@ -17,7 +16,7 @@ from compatfn.library._facts import (
     parser_reads_dtype_names,
 )
 from compatfn.library._infer_schema import infer_schema, schema_for_this_torch
-from compatfn.library._torch_call import FastCustomOpDef, install_call, op_class
+from compatfn.library._torch_op import hand_out
 
 __all__ = ["define_with_torch"]
 
@@ -79,29 +78,6 @@ def _trimming_opdef_class() -> type:
     return type(base.__name__, (base,), {"register_autograd": register_autograd})
 
 
-# NOTE: [defining a name again]
-# Defining a name again (re-running a notebook cell) makes torch's custom_op destroy the Library
-# of the previous definition (``get_library_allowing_overwrite``), while the older CustomOpDef
-# objects keep the OpOverload of the operator that Library owned: calling one reads freed memory
-# (measured on torch 2.15: the newest kernel by luck, ``std::bad_alloc`` or a segfault; the
-# dispatcher-handle lifetime problem of https://github.com/pytorch/pytorch/issues/125234).
-# compatfn makes every older op object it handed out for that name share the newest one's state
-# (``__dict__`` and class), so older objects follow the newest definition, as on compatfn's own
-# tiers, and never touch the destroyed operator. Objects torch made are left alone.
-_DEFINED: Dict[str, List[weakref.ref[Any]]] = {}
-
-
-def _older_definitions_follow(name: str, opdef: Any) -> None:
-    """Point every live op object compatfn made for ``name`` at ``opdef``'s state
-    (See NOTE: [defining a name again])."""
-    refs = [r for r in _DEFINED.get(name, []) if r() is not None]
-    for ref in refs:
-        older = ref()
-        older.__class__ = opdef.__class__
-        older.__dict__ = opdef.__dict__
-    _DEFINED[name] = [*refs, weakref.ref(opdef)]
-
-
 def define_with_torch(
     name: str,
     fn: Callable,
@@ -129,8 +105,5 @@ def define_with_torch(
     if CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS and _has_tensor_lists(opdef):
         # See NOTE: [elided default gradients]; tensor lists never take the short path.
         opdef.__class__ = _trimming_opdef_class()
-    else:  # See NOTE: [the torch tier's call]
-        opdef.__class__ = op_class(FastCustomOpDef)
-        install_call(opdef)
-    _older_definitions_follow(opdef._qualname, opdef)
-    return opdef
+        return hand_out(opdef, fast=False)
+    return hand_out(opdef, fast=True)  # See NOTE: [the torch tier's call]

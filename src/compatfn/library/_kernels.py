@@ -1,0 +1,101 @@
+"""Running an op's kernels on compatfn's tiers (torch < 2.4): the kernel for a call's device,
+the fake kernel for meta tensors, torch's aliasing rule and the version bump of mutated
+arguments."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from compatfn.library._utils import aliases_any, bump_version, tensors_in
+
+if TYPE_CHECKING:
+    from compatfn.library._custom_ops import CustomOp
+
+__all__ = ["check_device_types", "check_no_alias", "detached", "run_kernel"]
+
+
+def check_device_types(device_types: Optional[Tuple[str, ...]]) -> None:
+    """torch's error for a device type it does not know ("gpu"), as torch 2.4+ at definition."""
+    for device_type in device_types or ():
+        if device_type != "meta":  # torch 1.8 has no meta device; its fake kernels never run
+            torch.device(device_type)
+
+
+def kernel_for(op: CustomOp, inputs: tuple) -> Callable:
+    """The kernel registered for the device of the call's first tensor (the function the op was
+    made from where that kernel is disabled); torch's error where there is none."""
+    tensors = tensors_in(inputs)
+    device = tensors[0].device.type if tensors else "cpu"
+    if device == "meta":
+        return _meta_kernel_for(op)
+    kernel = op._kernels.get(device, op._kernels.get(None))
+    if device in op._disabled_kernels and device in op._kernels:
+        return op.__wrapped__  # as torch: the function the op was made from
+    if kernel is None:
+        have = ", ".join(sorted(str(k) for k in op._kernels)) or "none"
+        raise NotImplementedError(
+            f"{op._qualname}: no kernel for device type {device!r} (registered: {have}). "
+            f"Add one with @{op._name}.register_kernel({device!r})."
+        )
+    return kernel
+
+
+def _meta_kernel_for(op: CustomOp) -> Callable:
+    """The fake kernel, else a kernel registered for ``"meta"``, else torch's error (the
+    device-generic kernel never runs for meta tensors, as on torch >= 2.4)."""
+    kernel = op._fake or op._kernels.get("meta")
+    if kernel is None:
+        raise RuntimeError(
+            f"There was no fake impl registered for {op!r}. This is necessary for "
+            f"torch.compile/export/fx tracing to work. Please use "
+            f"`{op._name}.register_fake` to add an fake impl."
+        )
+    return kernel
+
+
+def run_kernel(op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any]) -> Any:
+    """Run the call's kernel: torch's aliasing rule on its output, and the version counter of an
+    argument it mutated outside torch (NumPy) bumped, so that autograd sees the change."""
+    kernel = kernel_for(op, inputs)
+    mutated = _mutated_tensors(op, inputs) if kernel is not op._fake else []
+    versions = [t._version for t in mutated]
+    output = kernel(*inputs, **keyword_only)
+    if kernel is not op._fake:
+        check_no_alias(op, inputs, output)
+        for t, version in zip(mutated, versions):
+            if t._version == version:  # mutated outside torch (NumPy): tell autograd
+                bump_version(t)
+    return output
+
+
+def detached(output: Any) -> Any:
+    """``output`` with no tensor requiring grad: as below torch's autograd kernel, what a kernel
+    captured (a parameter) records no graph."""
+    if isinstance(output, torch.Tensor):
+        return output.detach() if output.requires_grad else output
+    if isinstance(output, (tuple, list)) and any(
+        isinstance(o, torch.Tensor) and o.requires_grad for o in output
+    ):
+        return type(output)(detached(o) for o in output)
+    return output
+
+
+def check_no_alias(op: CustomOp, inputs: tuple, output: Any) -> None:
+    """torch's rule: no output shares storage with an input or with another output."""
+    outputs = output if isinstance(output, (tuple, list)) else (output,)
+    if aliases_any(inputs, outputs):
+        raise RuntimeError(
+            f"{op._qualname}: The output of this custom operator (1) must not also be "
+            "an input to this custom operator and (2) may not alias any inputs to this "
+            "custom operator or other returns. Please instead return a clone of the "
+            "offending output tensor(s) (e.g. return x.clone()) or refactor the custom "
+            "operator to not return it."
+        )
+
+
+def _mutated_tensors(op: CustomOp, inputs: tuple) -> List[torch.Tensor]:
+    if not op._mutated:
+        return []
+    return tensors_in(inputs[i] for i in op._mutated)

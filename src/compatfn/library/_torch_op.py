@@ -1,0 +1,167 @@
+"""The op object of the "torch" tier (torch >= 2.4): torch's ``CustomOpDef``, called through a
+generated function (``_torch_call``), and the registry of the op objects handed out per name."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import weakref
+from typing import Any, Callable, Dict, List, Optional
+
+from compatfn.library._facts import TorchCustomOpDef
+from compatfn.library._torch_call import generated_call
+
+__all__ = ["FastCustomOpDef", "hand_out", "install_call"]
+
+_Base: Any = TorchCustomOpDef if TorchCustomOpDef is not None else object
+
+# NOTE: [the op object's call]
+# A Python class's ``__call__`` costs a call through the type's slot: the arguments packed into a
+# tuple (and a dict for keywords, so a keyword call cost more), the method looked up, ``self``
+# prepended. ``functools.partial`` objects are called by CPython directly (vectorcall from Python
+# 3.12 on: no tuple, no dict). So the op object compatfn hands out is an instance of a class
+# derived from both ``functools.partial`` and torch's ``CustomOpDef`` (``isinstance`` holds, every
+# method is torch's), whose partial function is the op's generated call (``_torch_call``) and whose
+# ``__dict__`` IS the state of the ``CustomOpDef`` torch made: torch's registry of ops by name
+# (``torch._library.custom_ops.OPDEFS``) keeps torch's object, whose class compatfn changes to
+# ``FastCustomOpDef`` so that a registration through either object (``op.register_autograd`` or
+# ``torch.library.register_autograd("ns::op", ...)``) regenerates the call of every op object of
+# that name. The generated call reads the op's state, never the object, so dynamo inlines it as
+# a partial's function. What ``functools.partial`` would change is put back: the object is no
+# descriptor (a class attribute is not bound to instances), ``repr`` is torch's, and ``copy`` /
+# ``deepcopy`` copy the state as for torch's object (``deepcopy`` fails where torch's fails).
+
+
+class FastCustomOpDef(_Base):  # type: ignore[misc,valid-type]
+    """torch's ``CustomOpDef`` (torch >= 2.4) whose eager calls skip the dispatcher where nothing
+    needs it (See NOTE: [the torch tier's call]); every method is torch's.
+
+    Example::
+
+        >>> @compatfn.custom_op("mylib::twice", mutates_args=())
+        ... def twice(x: torch.Tensor) -> torch.Tensor:
+        ...     return x * 2
+        >>> twice(torch.ones(2))
+        tensor([2., 2.])
+    """
+
+    def register_kernel(self, device_types: Any, fn: Optional[Callable] = None, /) -> Callable:
+        register = _Base.register_kernel(self, device_types)  # torch's checks, now
+
+        def registered(kernel: Callable) -> Callable:
+            result = register(kernel)
+            self._compatfn_kernel_replaced = True
+            install_call(self)
+            return result  # type: ignore[no-any-return]
+
+        return registered if fn is None else registered(fn)
+
+    def register_autograd(self, *args: Any, **kwargs: Any) -> None:
+        _Base.register_autograd(self, *args, **kwargs)
+        install_call(self)
+
+    if hasattr(_Base, "register_autocast"):  # torch >= 2.5
+
+        def register_autocast(self, *args: Any, **kwargs: Any) -> Any:
+            result = _Base.register_autocast(self, *args, **kwargs)
+            self._compatfn_autocast_rule = True
+            install_call(self)
+            return result
+
+
+#: ``functools.partial.__setstate__``: what a partial calls, and its ``__dict__``.
+_SET_STATE: Any = getattr(functools.partial, "__setstate__")  # noqa: B009 (typeshed lacks it)
+
+
+def _set_call(op: Any, call: Callable, state: Dict[str, Any]) -> None:
+    """Make ``op`` (a partial) call ``call``, with ``state`` as its ``__dict__``."""
+    _SET_STATE(op, (call, (), None, state))
+
+
+def _not_bound(self: Any, obj: Any, objtype: Any = None) -> Any:
+    """As torch's object: a class attribute, read through an instance, is the op itself."""
+    return self
+
+
+def _same_kind(op: Any, state: Dict[str, Any]) -> Any:
+    """A new op object of ``op``'s class whose state is ``state``, calling what ``op`` calls."""
+    new = functools.partial.__new__(type(op), op.func)
+    _set_call(new, op.func, state)
+    return new
+
+
+def _copied(self: Any) -> Any:
+    return _same_kind(self, dict(self.__dict__))
+
+
+def _deep_copied(self: Any, memo: Dict[int, Any]) -> Any:
+    return _same_kind(self, copy.deepcopy(self.__dict__, memo))  # torch's error where it has one
+
+
+#: The class of the op objects compatfn hands out (See NOTE: [the op object's call]).
+CallableCustomOpDef: Any = type(
+    "CustomOpDef",
+    (functools.partial, FastCustomOpDef),
+    {
+        "__module__": __name__,
+        "__call__": functools.partial.__call__,
+        "__repr__": _Base.__repr__,
+        "__get__": _not_bound,
+        "__copy__": _copied,
+        "__deepcopy__": _deep_copied,
+    },
+)
+
+# NOTE: [defining a name again]
+# Defining a name again (re-running a notebook cell) makes torch's custom_op destroy the Library
+# of the previous definition (``get_library_allowing_overwrite``), while the older CustomOpDef
+# objects keep the OpOverload of the operator that Library owned: calling one reads freed memory
+# (measured on torch 2.15: the newest kernel by luck, ``std::bad_alloc`` or a segfault; the
+# dispatcher-handle lifetime problem of https://github.com/pytorch/pytorch/issues/125234).
+# compatfn makes every older op object it handed out for that name share the newest one's state
+# (``__dict__``, and its class or its call), so older objects follow the newest definition, as on
+# compatfn's own tiers, and never touch the destroyed operator. Objects torch made are left alone.
+_HANDED_OUT: Dict[str, List[weakref.ref[Any]]] = {}
+
+
+def _live(name: str) -> List[Any]:
+    refs = [r for r in _HANDED_OUT.get(name, []) if r() is not None]
+    _HANDED_OUT[name] = refs
+    return [r() for r in refs]
+
+
+def _follow(older: Any, newest: Any) -> None:
+    """``older`` behaves as ``newest`` from now on (See NOTE: [defining a name again])."""
+    older.__dict__ = newest.__dict__
+    if isinstance(older, functools.partial) == isinstance(newest, functools.partial):
+        older.__class__ = newest.__class__
+    elif isinstance(older, functools.partial):  # the newest is torch's own object: its call
+        _set_call(older, newest.__call__, newest.__dict__)
+    else:
+        older.__class__ = FastCustomOpDef  # torch's call, through the newest operator
+
+
+def hand_out(opdef: Any, fast: bool) -> Any:
+    """The op object for torch's ``opdef`` (``fast``: one of ``CallableCustomOpDef`` sharing its
+    state, else ``opdef`` itself); older objects of its name follow it."""
+    if fast:
+        opdef.__class__ = FastCustomOpDef
+        op = functools.partial.__new__(CallableCustomOpDef, opdef.__call__)
+        _set_call(op, opdef.__call__, opdef.__dict__)
+    else:
+        op = opdef
+    older = _live(opdef._qualname)
+    for obj in older:
+        _follow(obj, op)
+    _HANDED_OUT[opdef._qualname].append(weakref.ref(op))
+    if fast:
+        install_call(op)
+    return op
+
+
+def install_call(opdef: Any) -> None:
+    """Give every op object of ``opdef``'s name the op's call as it is registered now."""
+    call = generated_call(opdef)
+    for op in _live(opdef._qualname):
+        if isinstance(op, functools.partial) and op.__dict__ is opdef.__dict__:
+            _set_call(op, call, op.__dict__)

@@ -1,0 +1,65 @@
+"""The "torch" tier's op object (``_torch_op``): the state of torch's CustomOpDef, called as a
+``functools.partial``, compared with the object ``torch.library.custom_op`` itself returns."""
+
+# No ``from __future__ import annotations``: torch 2.4's own custom_op (the control) cannot read
+# string annotations.
+
+import copy
+import functools
+import warnings
+
+import pytest
+import torch
+
+from test_library_torch_call import _backward, _setup_context, pair, spied
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(getattr(torch, "library", None), "custom_op"),
+    reason="torch.library.custom_op (the control) exists from torch 2.4",
+)
+
+
+def test_torchs_registry_keeps_its_object_sharing_the_state():
+    """torch's registry by name keeps torch's own object; a registration by name (through it)
+    regenerates the op object's call, whose short path then runs the new formula."""
+    ours, control = pair(autograd=False)
+    theirs = torch._library.custom_ops.OPDEFS[ours._qualname]
+    assert theirs is not ours and theirs.__dict__ is ours.__dict__
+    assert isinstance(theirs, type(control)) and isinstance(ours, functools.partial)
+    spy = spied(ours)
+    torch.library.register_autograd(ours._qualname, _backward, setup_context=_setup_context)
+    x = torch.ones(2, requires_grad=True)
+    (grad,) = torch.autograd.grad(ours(x, 3.0).sum(), x)
+    assert torch.equal(grad, torch.full((2,), 3.0)) and spy.calls == 0
+    assert torch.equal(theirs(x, 3.0), ours(x, 3.0)) and spy.calls == 1  # torch's call
+
+
+def test_copies_are_as_torchs():
+    ours, control = pair()
+    x = torch.ones(2)
+    for op in (ours, control):
+        copied = copy.copy(op)
+        assert type(copied) is type(op) and copied is not op
+        assert torch.equal(copied(x, 3.0), torch.full((2,), 3.0))
+    messages = []
+    for op in (ours, control):
+        with pytest.raises(TypeError, match="cannot pickle") as info:
+            copy.deepcopy(op)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+
+
+def test_a_class_attribute_is_the_op_itself():
+    """As torch's object, the op is no descriptor: Python 3.13 warns when a partial is read
+    through an instance (a bound method from 3.14 on); this op is never bound."""
+    ours, control = pair()
+
+    class Holder:
+        mine = ours
+        torchs = control
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        holder = Holder()
+        assert holder.mine is ours and holder.torchs is control
+        assert torch.equal(holder.mine(torch.ones(1)), holder.torchs(torch.ones(1)))
