@@ -401,6 +401,25 @@ def test_no_graph_from_a_captured_parameter(tier):
 
 
 @pytest.mark.parametrize("tier", TIERS)
+def test_a_captured_tensor_returned_as_it_is_comes_back_as_it_is(tier):
+    """torch's operator returns what its kernel returns below autograd as it is, a captured
+    parameter requiring grad included (compatfn's op objects before: a detached copy)."""
+    weight = torch.nn.Parameter(torch.ones(2))
+
+    @make(tier, "returns_weight")
+    def returns_weight(x: torch.Tensor) -> torch.Tensor:
+        return weight
+
+    calls = [returns_weight]
+    if returns_weight._opoverload is not None:  # the operator itself: torch's behaviour
+        calls.append(returns_weight._opoverload)
+    for call in calls:
+        for grad_mode in (True, False):
+            with torch.set_grad_enabled(grad_mode):
+                assert call(torch.ones(2)) is weight
+
+
+@pytest.mark.parametrize("tier", TIERS)
 def test_jit_trace_records_the_op_once_whatever_the_grad_mode(tier):
     """torch.jit.trace checks its trace by running it again under no_grad: the op must be one
     node both times (See NOTE: [tracing without a dispatcher] for the function tier)."""

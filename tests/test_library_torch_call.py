@@ -338,6 +338,25 @@ def test_a_captured_tensor_that_requires_grad_is_not_recorded():
     torch.testing.assert_close(outputs[0], outputs[1])
 
 
+@pytest.mark.parametrize("grad_mode", [True, False])
+def test_a_tensor_the_kernel_returns_as_it_is_comes_back_as_it_is(grad_mode):
+    """No input requires grad: torch returns what its kernel returns (a captured parameter
+    requiring grad, a leaf the kernel made) without detaching it (compatfn before: detached)."""
+    weight = torch.ones(2, requires_grad=True)
+
+    def captured(x: torch.Tensor) -> torch.Tensor:
+        return weight
+
+    def made(x: torch.Tensor) -> torch.Tensor:
+        return torch.ones(2, requires_grad=True)
+
+    with torch.set_grad_enabled(grad_mode):
+        outputs = [op(torch.ones(2)) for op in pair(captured, "captured", autograd=False)]
+        made_outputs = [op(torch.ones(2)) for op in pair(made, "made", autograd=False)]
+    assert [o is weight for o in outputs] == [True, True]
+    assert [(o.requires_grad, o.grad_fn) for o in made_outputs] == [(True, None), (True, None)]
+
+
 def test_dispatch_modes_see_the_op():
     from torch.utils._python_dispatch import TorchDispatchMode
 

@@ -20,8 +20,9 @@ from compatfn.library._infer_schema import (
     returns_only_tensors,
     tensor_parameters,
 )
-from compatfn.library._kernels import check_device_types, detached, run_kernel
+from compatfn.library._kernels import check_device_types, run_kernel
 from compatfn.library._utils import (
+    detached,
     device_types_tuple,
     dispatch_key,
     flatten,

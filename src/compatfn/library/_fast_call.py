@@ -17,8 +17,8 @@ from compatfn.library._facts import (
     is_tracing,
     storage_id,
 )
-from compatfn.library._kernels import check_no_alias, detached
-from compatfn.library._utils import distinct_storage_source
+from compatfn.library._kernels import check_no_alias
+from compatfn.library._utils import detached, distinct_storage_source
 
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp

@@ -13,7 +13,7 @@ from compatfn.library._utils import aliases_any, bump_version, tensors_in
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
 
-__all__ = ["check_device_types", "check_no_alias", "detached", "run_kernel"]
+__all__ = ["check_device_types", "check_no_alias", "run_kernel"]
 
 
 def check_device_types(device_types: Optional[Tuple[str, ...]]) -> None:
@@ -67,18 +67,6 @@ def run_kernel(op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any]) -> Any
         for t, version in zip(mutated, versions):
             if t._version == version:  # mutated outside torch (NumPy): tell autograd
                 bump_version(t)
-    return output
-
-
-def detached(output: Any) -> Any:
-    """``output`` with no tensor requiring grad: as below torch's autograd kernel, what a kernel
-    captured (a parameter) records no graph."""
-    if isinstance(output, torch.Tensor):
-        return output.detach() if output.requires_grad else output
-    if isinstance(output, (tuple, list)) and any(
-        isinstance(o, torch.Tensor) and o.requires_grad for o in output
-    ):
-        return type(output)(detached(o) for o in output)
     return output
 
 

@@ -24,7 +24,12 @@ from compatfn.library._facts import (
     torch_function_mode_enabled,
 )
 from compatfn.library._infer_schema import SCALAR_TYPES, _resolve
-from compatfn.library._utils import aliases_any, distinct_storage_source, legacy_function_class
+from compatfn.library._utils import (
+    aliases_any,
+    detached,
+    distinct_storage_source,
+    legacy_function_class,
+)
 
 __all__ = ["generated_call"]
 
@@ -53,8 +58,9 @@ __all__ = ["generated_call"]
 # the registered setup_context and whose backward IS torch's (``torch_autograd_backward``: its
 # checks and errors), given the arguments torch's Autograd kernel gets (the dispatcher leaves out
 # trailing arguments equal to their defaults, and backward's ``ctx.needs_input_grad`` shows it);
-# else the kernel alone, whose outputs are then detached where they require grad (torch runs it
-# below autograd: a captured parameter is recorded nowhere). torch's aliasing rule: a single output
+# else the kernel alone, whose outputs are then detached where the kernel recorded a graph (torch
+# runs it below autograd: what it computes from a captured parameter is recorded nowhere, and a
+# tensor it returns as it is comes back as it is). torch's aliasing rule: a single output
 # sharing no storage with any input passes at once; anything else is checked in full, and an output
 # that breaks the rule, or is not what the schema returns, makes the call go through the dispatcher
 # again, so that torch itself raises its own error (the kernel runs twice there: ops on this path do
@@ -214,9 +220,9 @@ def _short_path_lines(
     body += [
         f"    $out = $kernel({call})",
         # torch runs this kernel below autograd: what it computes from a captured tensor that
-        # requires grad is recorded nowhere.
+        # requires grad is recorded nowhere; what it returns as it is comes back as it is.
         "    if type($out) is not $Tensor or $out.requires_grad:",
-        "        $out = $below_autograd($out)",
+        "        $out = $detached($out)",
         f"if type($out) is $Tensor and {distinct}:",
         "    return $out",
         f"return $checked($state, {inputs}, $out)",
@@ -262,7 +268,7 @@ def generated_call(opdef: Any) -> Callable:
         "alias_of": is_alias_of,
         "checked": _checked_output,
         "dispatch": _dispatcher_call,
-        "below_autograd": _below_autograd,
+        "detached": detached,
         "state": opdef.__dict__,
         "names": None,
         "out": None,
@@ -290,15 +296,6 @@ def generated_call(opdef: Any) -> Callable:
     call.__name__ = call.__qualname__ = name
     call.__doc__ = fn.__doc__
     return call  # type: ignore[no-any-return]
-
-
-def _below_autograd(output: Any) -> Any:
-    """``output`` as torch's below-autograd kernel call gives it: no tensor in it requires grad."""
-    if isinstance(output, torch.Tensor):
-        return output.detach() if output.requires_grad else output
-    if isinstance(output, tuple):
-        return tuple(_below_autograd(o) for o in output)
-    return output
 
 
 def _torch_call(state: Dict[str, Any]) -> Callable:

@@ -134,6 +134,26 @@ def tensors_in(values: Iterable[Any]) -> List[torch.Tensor]:
 # op's generated call: when it fails, the call falls back to the full check.
 
 
+def detached(output: Any) -> Any:
+    """``output`` as the kernel gives it when torch runs it below autograd (no input requires
+    grad): what it computed from a captured tensor that requires grad (a parameter) records no
+    graph, and a tensor it returns as it is (a parameter, a leaf it made) keeps requiring grad.
+
+    Example::
+
+        >>> weight = torch.ones(2, requires_grad=True)
+        >>> detached(torch.ones(2) * weight).requires_grad, detached(weight) is weight
+        (False, True)
+    """
+    if isinstance(output, torch.Tensor):
+        return output.detach() if output.grad_fn is not None else output
+    if isinstance(output, (tuple, list)) and any(
+        isinstance(o, torch.Tensor) and o.grad_fn is not None for o in output
+    ):
+        return type(output)(detached(o) for o in output)
+    return output
+
+
 def storage_key(t: torch.Tensor) -> Optional[int]:
     """What identifies ``t``'s storage, or None where nothing does (See NOTE: [storage
     identity])."""
