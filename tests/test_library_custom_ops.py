@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from typing import List, Optional, Sequence, Tuple
@@ -171,15 +172,66 @@ def test_calls_bind_like_the_function(tier):
         out = call()
         (g,) = torch.autograd.grad(out.sum(), x)
         assert torch.equal(out.detach(), torch.full((2,), 30.0)) and torch.equal(g, w * 2.0)
-    # torch's own op raises the dispatcher's RuntimeError; compatfn's tiers Python's TypeError.
-    torch_tier = tier == "torch"
-    wrong_call = RuntimeError if torch_tier else TypeError
-    with pytest.raises(wrong_call, match=r"missing value for argument 'w'|missing 1 required"):
+    # torch's dispatcher's errors on every tier (compatfn's tiers before: Python's TypeError).
+    declaration = re.escape(f"{affine._qualname}(Tensor x, Tensor w, float scale=2.")
+    with pytest.raises(
+        RuntimeError,
+        match=rf"affine\(\) is missing value for argument 'w'\. Declaration: {declaration}",
+    ):
         affine(x)
-    with pytest.raises(wrong_call, match=r"expected at most 3 argument|takes from 3 to 4 posit"):
+    with pytest.raises(RuntimeError, match=r"affine\(\) is missing value for argument 'x'"):
+        affine(w=w, scale=1.0)
+    with pytest.raises(
+        RuntimeError, match=r"affine\(\) expected at most 3 argument\(s\) but received 4 argument"
+    ):
         affine(x, w, 1.0, 2.0)
-    with pytest.raises(wrong_call, match="keyword argument 'bogus'"):
+    with pytest.raises(
+        RuntimeError, match=rf"Unknown keyword argument 'bogus' for operator '{affine._qualname}'"
+    ):
         affine(x, w, bogus=1.0)
+    # Python binds the parameters: one given twice is Python's error, naming the op.
+    with pytest.raises(TypeError, match=r"^affine\(\) got multiple values for argument 'x'"):
+        affine(x, w, x=x)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_wrong_call_of_a_keyword_only_parameter_gets_torch_error(tier):
+    @make(tier, "keyed")
+    def keyed(x: torch.Tensor, *, k: int, j: float = 1.5) -> torch.Tensor:
+        return x * k * j
+
+    assert torch.equal(keyed(torch.ones(1), k=2), torch.full((1,), 3.0))
+    with pytest.raises(RuntimeError, match=r"keyed\(\) is missing value for argument 'k'"):
+        keyed(torch.ones(1))
+    with pytest.raises(RuntimeError, match=r"keyed\(\) takes 1 positional argument\(s\) but 2"):
+        keyed(torch.ones(1), 2)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_required_scalar_or_list_left_out_gets_torch_error(tier):
+    @make(tier, "needs_all")
+    def needs_all(x: torch.Tensor, s: float, sizes: List[int]) -> torch.Tensor:
+        return x * s * len(sizes)
+
+    assert torch.equal(needs_all(torch.ones(1), 2, (1, 2)), torch.full((1,), 4.0))
+    with pytest.raises(RuntimeError, match=r"needs_all\(\) is missing value for argument 's'"):
+        needs_all(torch.ones(1), sizes=[1])
+    with pytest.raises(RuntimeError, match=r"needs_all\(\) is missing value for argument 'sizes'"):
+        needs_all(torch.ones(1), 2.0)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_parameter_named_like_a_builtin(tier):
+    """The generated call tests types with ``type``: a parameter of that name used to shadow it
+    ("'int' object is not callable" on every tier)."""
+
+    @make(tier, "builtin_names")
+    def builtin_names(x: torch.Tensor, type: int = 1, len: float = 1.0) -> torch.Tensor:
+        return x * type * len
+
+    assert torch.equal(builtin_names(torch.ones(1), 3), torch.full((1,), 3.0))
+    out = builtin_names(torch.ones(1, requires_grad=True), type=2, len=2.0)
+    assert torch.equal(out.detach(), torch.full((1,), 4.0)) and out.requires_grad
 
 
 @pytest.mark.parametrize("tier", TIERS)

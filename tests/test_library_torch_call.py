@@ -354,7 +354,9 @@ def test_a_tensor_the_kernel_returns_as_it_is_comes_back_as_it_is(grad_mode):
         outputs = [op(torch.ones(2)) for op in pair(captured, "captured", autograd=False)]
         made_outputs = [op(torch.ones(2)) for op in pair(made, "made", autograd=False)]
     assert [o is weight for o in outputs] == [True, True]
-    assert [(o.requires_grad, o.grad_fn) for o in made_outputs] == [(True, None), (True, None)]
+    # torch 2.4 returns the leaf made in its kernel not requiring grad, later torch requiring it.
+    assert made_outputs[0].requires_grad == made_outputs[1].requires_grad
+    assert [o.grad_fn for o in made_outputs] == [None, None]
 
 
 def test_dispatch_modes_see_the_op():

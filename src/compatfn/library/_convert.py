@@ -9,15 +9,23 @@ own custom_op): a kernel sees the same values on every torch.
 
 from __future__ import annotations
 
+import inspect
 import numbers
 import re
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
 from compatfn.library._facts import SCALAR_TYPE_NUMBERS
 
-__all__ = ["Conversion", "conversions"]
+if TYPE_CHECKING:
+    from compatfn.library._custom_ops import CustomOp
+
+__all__ = ["MISSING", "Conversion", "any_left_out", "conversions", "given_arguments", "wrong_call"]
+
+#: What a parameter of an op's generated call holds when the caller left it out.
+_MissingType = type("MissingArgument", (), {"__repr__": lambda self: "<missing>"})
+MISSING: Any = _MissingType()
 
 #: A parameter's conversion: the type a value needs no conversion for (None: always convert),
 #: whether None passes, and the function that converts a value (or raises torch's error).
@@ -160,3 +168,82 @@ def conversions(qualname: str, schema: str) -> Dict[str, Conversion]:
         if conversion is not None:
             found[match.group("name")] = conversion
     return found
+
+
+def any_left_out(values: Iterable[Any]) -> bool:
+    """Whether a caller left out one of ``values`` (it is ``MISSING``).
+
+    Example::
+
+        >>> any_left_out([1, MISSING])
+        True
+    """
+    # ``value.__class__``: dynamo 2.1-2.2 cannot trace ``is`` between a tensor and MISSING.
+    return any(value.__class__ is _MissingType for value in values)
+
+
+def given_arguments(
+    names: Sequence[str], values: Sequence[Any]
+) -> Tuple[List[Any], Dict[str, Any]]:
+    """What a caller gave (``MISSING`` where a parameter was left out) as a call of the operator
+    takes it: positionally up to the first parameter left out, then by name.
+
+    Example::
+
+        >>> given_arguments(["x", "s", "t"], [1, MISSING, 3])
+        ([1], {'t': 3})
+    """
+    positional: List[Any] = []
+    keywords: Dict[str, Any] = {}
+    for name, value in zip(names, values):
+        if value is MISSING:
+            continue
+        if keywords or len(positional) < names.index(name):
+            keywords[name] = value
+        else:
+            positional.append(value)
+    return positional, keywords
+
+
+def wrong_call(
+    op: CustomOp, values: tuple, keyword_only: Dict[str, Any], args: tuple, kwargs: Dict[str, Any]
+) -> Any:
+    """A call whose arguments do not fit ``op``'s signature (``values``: each positional
+    parameter's, ``MISSING`` where left out; ``args``/``kwargs``: what no parameter took): the
+    operator's own error where there is an operator, else the same error, built as torch's
+    dispatcher builds it (a parameter given twice still raises Python's TypeError)."""
+    if op._opoverload is not None:
+        positional, keywords = given_arguments(op._positional, values)
+        keywords.update((k, v) for k, v in keyword_only.items() if v is not MISSING)
+        return op._opoverload(*positional, *args, **keywords, **kwargs)
+    given = dict(zip(op._positional, values), **keyword_only)
+    raise _dispatcher_error(op, given, args, kwargs)
+
+
+def _dispatcher_error(
+    op: CustomOp, given: Dict[str, Any], args: tuple, kwargs: Dict[str, Any]
+) -> RuntimeError:
+    """torch's error for a wrong call of an operator, its checks in its order."""
+    name, declaration = op._qualname, f"{op._qualname}{op._schema}"
+    received = sum(v is not MISSING for v in given.values()) + len(args) + len(kwargs)
+    if received > len(given):
+        return RuntimeError(
+            f"{name}() expected at most {len(given)} argument(s) but received {received} "
+            f"argument(s). Declaration: {declaration}"
+        )
+    if args:
+        count = len(op._positional)
+        return RuntimeError(
+            f"{name}() takes {count} positional argument(s) but {count + len(args)} was/were "
+            f"given.  Declaration: {declaration}"
+        )
+    parameters = op._signature.parameters
+    for parameter, value in given.items():
+        if value is MISSING and parameters[parameter].default is inspect.Parameter.empty:
+            return RuntimeError(
+                f"{name}() is missing value for argument '{parameter}'. Declaration: {declaration}"
+            )
+    unknown = next(iter(kwargs), None)
+    return RuntimeError(
+        f"Unknown keyword argument '{unknown}' for operator '{name}'. Schema: {declaration}"
+    )

@@ -11,7 +11,7 @@ import torch
 from compatfn.library import _registration
 from compatfn.library._autocast import autocast_dtype, call_autocast
 from compatfn.library._autograd import Call, autograd_function
-from compatfn.library._convert import conversions
+from compatfn.library._convert import any_left_out, conversions, wrong_call
 from compatfn.library._facts import DISPATCHER_PROBES, is_tracing
 from compatfn.library._fast_call import generated_call
 from compatfn.library._infer_schema import (
@@ -136,7 +136,10 @@ class CustomOp:
 
     def _general_call(self, inputs: tuple, keyword_only: Dict[str, Any]) -> Any:
         """Every call the short path does not take: through the dispatcher where something needs
-        it (tracing, modes, transforms, tensor subclasses), else the kernels through autograd."""
+        it (tracing, modes, transforms, tensor subclasses), else the kernels through autograd;
+        torch's error for a required tensor left out (See NOTE: [the op's call])."""
+        if any_left_out(inputs) or any_left_out(keyword_only.values()):
+            return wrong_call(self, inputs, keyword_only, (), {})
         self._check_tensor_arguments(inputs, keyword_only)
         if self._opoverload is not None and not self._eager_ok(inputs, keyword_only):
             return self._opoverload(*inputs, **keyword_only)

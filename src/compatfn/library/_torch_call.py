@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 
 from compatfn.core import dynamo_tracing, generated_function, transforms_active
+from compatfn.library._convert import MISSING, given_arguments
 from compatfn.library._facts import (
     AUTOGRAD_KERNEL_ALWAYS_APPLIES,
     C_APPLY,
@@ -69,7 +70,6 @@ __all__ = ["generated_call"]
 # rule registered under the operator's name without the op object (``torch.library.impl``,
 # ``Library.impl``) is not seen by it.
 
-_MISSING: Any = type("MissingArgument", (), {"__repr__": lambda self: "<missing>"})()
 _DEFAULTS_COMPARABLE = (int, float, bool, str)
 
 
@@ -186,7 +186,7 @@ def _short_path_lines(
     # them for the kernel).
     g["strided"] = torch.strided
     test += [
-        f"type({t}) is $Tensor and {t}.layout is $strided and not ({t}.is_meta or {t}.is_nested "
+        f"$type({t}) is $Tensor and {t}.layout is $strided and not ({t}.is_meta or {t}.is_nested "
         f"or {t}.is_conj() or {t}.is_neg())"
         for t in tensors
     ]
@@ -209,7 +209,7 @@ def _short_path_lines(
     for i, (name, kind) in enumerate(kinds):
         if kind is not None:
             g[f"kind{i}"] = kind
-            scalars.append(f"type({name}) is not $kind{i}")
+            scalars.append(f"$type({name}) is not $kind{i}")
     body = []
     if scalars:
         body += [
@@ -221,9 +221,9 @@ def _short_path_lines(
         f"    $out = $kernel({call})",
         # torch runs this kernel below autograd: what it computes from a captured tensor that
         # requires grad is recorded nowhere; what it returns as it is comes back as it is.
-        "    if type($out) is not $Tensor or $out.requires_grad:",
+        "    if $type($out) is not $Tensor or $out.requires_grad:",
         "        $out = $detached($out)",
-        f"if type($out) is $Tensor and {distinct}:",
+        f"if $type($out) is $Tensor and {distinct}:",
         "    return $out",
         f"return $checked($state, {inputs}, $out)",
     ]
@@ -262,8 +262,9 @@ def generated_call(opdef: Any) -> Callable:
     fn = opdef._init_fn
     params = list(inspect.signature(fn).parameters.values())
     g: Dict[str, Any] = {
+        "type": type,  # a parameter may be named ``type``
         "Tensor": torch.Tensor,
-        "MISSING": _MISSING,
+        "MISSING": MISSING,
         "storage_id": storage_id,
         "alias_of": is_alias_of,
         "checked": _checked_output,
@@ -311,18 +312,9 @@ def _dispatcher_call(
     state: Dict[str, Any], values: tuple, names: tuple, args: tuple, kwargs: dict
 ) -> Any:
     """The call as torch's own ``CustomOpDef.__call__`` makes it (every call the short path does
-    not take): the operator, given what the caller gave (positionally up to the first argument
-    left out, then by name), so that torch converts the arguments or raises its own error."""
-    positional: List[Any] = []
-    keywords: Dict[str, Any] = {}
-    after_missing = False
-    for name, value in zip(names, values):
-        if value is _MISSING:
-            after_missing = True
-        elif after_missing:
-            keywords[name] = value
-        else:
-            positional.append(value)
+    not take): the operator, given what the caller gave, so that torch converts the arguments or
+    raises its own error."""
+    positional, keywords = given_arguments(names, values)
     return state["_opoverload"](*positional, *args, **keywords, **kwargs)
 
 
