@@ -221,6 +221,32 @@ def test_a_required_scalar_or_list_left_out_gets_torch_error(tier):
 
 
 @pytest.mark.parametrize("tier", TIERS)
+def test_none_for_a_tensor_reaches_the_kernel_as_torch_passes_it(tier):
+    """torch's dispatcher takes None for a ``Tensor`` parameter (an undefined tensor, None in a
+    Python kernel); compatfn's tiers raised. Both paths name the autograd node alike."""
+
+    @make(tier, "maybe_scaled")
+    def maybe_scaled(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x * 2 if y is None else x * y
+
+    maybe_scaled.register_autograd(
+        lambda ctx, g: (g * 2, None), setup_context=lambda ctx, inputs, output: None
+    )
+    calls = [maybe_scaled]
+    if maybe_scaled._opoverload is not None:
+        calls.append(maybe_scaled._opoverload)
+    names = set()
+    for call in calls:
+        assert torch.equal(call(torch.ones(2), None), torch.full((2,), 2.0))
+        out = call(torch.ones(2, requires_grad=True), None)
+        names.add(type(out.grad_fn).__name__)
+        names.add(
+            type(maybe_scaled(torch.ones(2, requires_grad=True), torch.ones(2)).grad_fn).__name__
+        )
+    assert len(names) == 1
+
+
+@pytest.mark.parametrize("tier", TIERS)
 def test_a_parameter_named_like_a_builtin(tier):
     """The generated call tests types with ``type``: a parameter of that name used to shadow it
     ("'int' object is not callable" on every tier)."""

@@ -161,10 +161,13 @@ class CustomOp:
 
     def _check_tensor_arguments(self, inputs: tuple, keyword_only: Dict[str, Any]) -> None:
         """torch's error for a ``Tensor`` parameter given something else; objects that take
-        part in ``__torch_function__`` (torch.fx proxies) pass."""
+        part in ``__torch_function__`` (torch.fx proxies) pass, and so does None (the dispatcher
+        hands the kernel an undefined tensor, which it sees as None)."""
         for i, name in self._tensor_params:
             value = inputs[i] if i < len(inputs) else keyword_only[name]
-            if not isinstance(value, torch.Tensor) and not hasattr(value, "__torch_function__"):
+            if value is None or isinstance(value, torch.Tensor):
+                continue
+            if not hasattr(value, "__torch_function__"):
                 raise RuntimeError(
                     f"{self._qualname}() Expected a value of type 'Tensor' for argument "
                     f"'{name}' but instead found type '{type(value).__name__}'."
