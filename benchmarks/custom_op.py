@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/custom_op.py                 # prints the table
     python benchmarks/custom_op.py --write  # also benchmarks/results/custom_op-torch<X>-cpu.json
+    python benchmarks/custom_op.py --callgrind --write  # instructions per call (needs valgrind)
 
 One operator, ``x * scale`` with its backward, on a 1-element CPU tensor, made four ways: a
 hand-written legacy ``forward(ctx, x, scale)`` Function (the baseline, ratio 1.0), the op that
@@ -13,14 +14,19 @@ hand-written legacy ``forward(ctx, x, scale)`` Function (the baseline, ratio 1.0
 2.4). Phases: forward on an input that requires grad (``fwd``), forward and
 ``torch.autograd.grad`` (``fwd+bwd``), forward under ``torch.no_grad()`` (``no grad``). All rows
 run in one process in alternating rounds of short blocks; the fastest block of each is kept.
+``--callgrind`` counts instructions per call instead (``callgrind.py``; written as
+``custom_op_instructions-torch<X>-cpu.json``): the same counts on a busy or an idle machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import results_json  # next to this script
+import callgrind  # next to this script
+import results_json
 import torch
 from overhead import HandLegacy  # next to this script: the same baseline
 from torch.utils.benchmark import Timer
@@ -81,38 +87,63 @@ KEYWORD_PHASES = {
 }
 
 
+def statements() -> List[Tuple[str, str, str, Dict[str, Any]]]:
+    """(row, phase, statement, names) of every measurement, in one fixed order."""
+    names = {"x0": torch.ones(1), "xg": torch.ones(1, requires_grad=True), "torch": torch}
+    found = []
+    for label, fn, keyword in calls():
+        for phase in PHASES:
+            stmt = (KEYWORD_PHASES if keyword else PHASES)[phase]
+            if phase == "no grad":
+                stmt = f"with torch.no_grad(): {stmt}"
+            found.append((label, phase, stmt, {**names, "f": fn}))
+    return found
+
+
 def measure(rounds: int, min_run_time: float) -> Dict[Tuple[str, str], float]:
     """Best µs per call of each (row, phase)."""
-    x0 = torch.ones(1)
-    xg = torch.ones(1, requires_grad=True)
     best: Dict[Tuple[str, str], float] = {}
-    rows = calls()
+    measured = statements()
     for _ in range(rounds):
-        for label, fn, keyword in rows:
-            for phase in PHASES:
-                stmt = (KEYWORD_PHASES if keyword else PHASES)[phase]
-                if phase == "no grad":
-                    stmt = f"with torch.no_grad(): {stmt}"
-                timer = Timer(stmt, globals={"f": fn, "x0": x0, "xg": xg, "torch": torch})
-                # The fastest block, as the docstring says: the least disturbed on a shared machine.
-                us = min(timer.blocked_autorange(min_run_time=min_run_time).times) * 1e6
-                key = (label, phase)
-                best[key] = min(best.get(key, us), us)
+        for label, phase, stmt, names in measured:
+            timer = Timer(stmt, globals=names)
+            # The fastest block, as the docstring says: the least disturbed on a shared machine.
+            us = min(timer.blocked_autorange(min_run_time=min_run_time).times) * 1e6
+            key = (label, phase)
+            best[key] = min(best.get(key, us), us)
     return best
 
 
-def table(best: Dict[Tuple[str, str], float]) -> Dict[str, Any]:
+def count(n: int) -> Dict[Tuple[str, str], float]:
+    """Instructions per call of each (row, phase), from a callgrind run of this script."""
+    keys = [(label, phase) for label, phase, _, _ in statements()]
+    counts = callgrind.count([os.path.abspath(__file__), "--worker"], len(keys), n)
+    return dict(zip(keys, counts))
+
+
+def _count_in_worker(n: int) -> None:
+    """Under callgrind: the statements, each in its own names (See ``callgrind.worker``)."""
+    names: Dict[str, Any] = {}
+    measured = statements()
+    for i, (_, _, _, own) in enumerate(measured):
+        names.update({f"{k}{i}" if k == "f" else k: v for k, v in own.items()})
+    renamed = [re.sub(r"\bf\(", f"f{i}(", stmt) for i, (_, _, stmt, _) in enumerate(measured)]
+    callgrind.worker(renamed, names, n)
+
+
+def table(best: Dict[Tuple[str, str], float], unit: str = "µs") -> Dict[str, Any]:
     """The results in the benchmark JSON schema (the docs' Performance page renders it)."""
     labels = list(dict.fromkeys(label for label, _ in best))
     columns = ["call"]
     for phase in PHASES:
-        columns += [f"{phase} µs", f"{phase} ratio"]
+        columns += [f"{phase} {unit}", f"{phase} ratio"]
     rows: List[List[Any]] = []
     for label in labels:
         row: List[Any] = [label]
         for phase in PHASES:
-            us = best[(label, phase)]
-            row += [round(us, 2), round(us / best[(labels[0], phase)], 2)]
+            value = best[(label, phase)]
+            ratio = value / best[(labels[0], phase)]
+            row += [round(value) if unit != "µs" else round(value, 2), round(ratio, 3)]
         rows.append(row)
     return {"columns": columns, "rows": rows}
 
@@ -122,16 +153,25 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--rounds", type=int, default=7, help="alternating rounds (best kept)")
     parser.add_argument("--min-run-time", type=float, default=0.05, help="seconds per block")
     parser.add_argument("--write", action="store_true", help="write benchmarks/results/...json")
+    parser.add_argument("--callgrind", action="store_true", help="count instructions per call")
+    parser.add_argument("--worker", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    result = table(measure(args.rounds, args.min_run_time))
+    if args.worker:
+        _count_in_worker(args.worker)
+        return 0
+    if args.callgrind:
+        result = table(count(2000), unit="instructions")
+    else:
+        result = table(measure(args.rounds, args.min_run_time))
     widths = [max(len(str(r[i])) for r in [result["columns"], *result["rows"]]) for i in range(7)]
     for row in [result["columns"], *result["rows"]]:
         print("  ".join(str(v).ljust(w) for v, w in zip(row, widths)))
     if args.write:
+        what = "instructions" if args.callgrind else "time"
         path = results_json.write(
-            "custom_op",
-            "compatfn.custom_op per call vs a hand-written Function (1-element CPU)",
+            "custom_op_instructions" if args.callgrind else "custom_op",
+            f"compatfn.custom_op per call vs a hand-written Function (1-element CPU, {what})",
             results_json.command("custom_op.py", argv),
             result["columns"],
             result["rows"],

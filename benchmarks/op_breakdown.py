@@ -20,14 +20,11 @@ counts on a busy or idle machine, but blind to cache misses, so time ratios come
 from __future__ import annotations
 
 import argparse
-import glob
 import inspect
 import os
 import re
-import subprocess
 import sys
-import tempfile
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 from torch.utils.benchmark import Timer
@@ -36,6 +33,7 @@ import compatfn
 from compatfn.library import HAS_TORCH_CUSTOM_OP, TIER
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import callgrind
 from overhead import HandLegacy, make_op
 
 
@@ -93,7 +91,8 @@ def namespace(op: Any) -> Dict[str, Any]:
     for i, (label, taken_out) in enumerate(COPIES):
         scope = dict(call.__globals__)
         exec(compile(_without(source, **taken_out), f"<{label}>", "exec"), scope)
-        names[f"copy{i}"] = scope[call.__name__]
+        defined = re.search(r"def (\w+)\(", source)  # the generated def's name, not __name__
+        names[f"copy{i}"] = scope[defined.group(1) if defined else call.__name__]
     return names
 
 
@@ -107,54 +106,11 @@ def time_rows(op: Any, rounds: int) -> Dict[str, float]:
     return {label: t * 1e6 for label, t in best.items()}
 
 
-def _worker(n: int) -> None:
-    """Under callgrind: each row n and 3n times, counters zeroed before and dumped after."""
-    op = make_op()
-    names = namespace(op)
-    pid = str(os.getpid())
-
-    def control(*args: str) -> None:
-        subprocess.run(["callgrind_control", *args, pid], stdout=subprocess.DEVNULL, check=True)
-
-    loops: List[Callable[[int], Any]] = []
-    for statement in ["pass", *rows(op).values()]:  # "pass": the loop alone, subtracted
-        source = f"def loop(m):\n    for _ in range(m):\n        {statement}\n"
-        exec(compile(source, "<loop>", "exec"), names)
-        loops.append(names.pop("loop"))
-    for loop in loops:
-        loop(100)
-    control("-i", "on")
-    for loop in loops:
-        for m in (n, 3 * n):
-            control("-z")
-            loop(m)
-            control("-d")
-    control("-i", "off")
-
-
 def count_rows(n: int) -> Dict[str, float]:
     """Instructions per call of each row, from a callgrind run of this script."""
     labels = list(rows(make_op()))
-    with tempfile.TemporaryDirectory() as folder:
-        command = [
-            "valgrind",
-            "--tool=callgrind",
-            "--instr-atstart=no",
-            f"--callgrind-out-file={folder}/out",
-            sys.executable,
-            os.path.abspath(__file__),
-            "--worker",
-            str(n),
-        ]
-        subprocess.run(command, check=True, capture_output=True)
-        dumps = sorted(glob.glob(f"{folder}/out.*"), key=lambda f: int(f.rsplit(".", 1)[1]))
-        totals = []
-        for path in dumps:
-            with open(path) as f:
-                totals.append(next(int(ln.split()[1]) for ln in f if ln.startswith("totals:")))
-    per_call = [(totals[i + 1] - totals[i]) / (2 * n) for i in range(0, len(totals), 2)]
-    loop = per_call[0]
-    return {label: count - loop for label, count in zip(labels, per_call[1:])}
+    counts = callgrind.count([os.path.abspath(__file__), "--worker"], len(labels), n)
+    return dict(zip(labels, counts))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -165,7 +121,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     if args.worker:
-        _worker(args.worker)
+        op = make_op()
+        callgrind.worker(list(rows(op).values()), namespace(op), args.worker)
         return 0
     if HAS_TORCH_CUSTOM_OP:
         print(f"torch {torch.__version__}: custom_op is torch's own here; nothing to break down")
