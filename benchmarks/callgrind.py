@@ -5,7 +5,7 @@ percent), but blind to cache misses. A script re-runs itself under callgrind wit
 the worker runs :func:`worker`, the parent reads the dumps with :func:`count`::
 
     if args.worker:
-        callgrind.worker(statements, names, args.worker)
+        callgrind.worker([(statement, names) for statement in statements], args.worker)
     else:
         per_call = callgrind.count([__file__, "--worker"], len(statements), 1000)
 
@@ -21,26 +21,28 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 #: Calls of each statement before counting: Python 3.8 caches a function's global lookups only
 #: after 1,024 calls of it.
 WARM_UP = 1100
 
 
-def worker(statements: Sequence[str], names: Dict[str, Any], n: int) -> None:
-    """Under callgrind: run each statement ``n`` and ``3n`` times, counters zeroed before and
-    dumped after each run; an empty loop first (its cost is subtracted)."""
+def worker(measured: Sequence[Tuple[str, Dict[str, Any]]], n: int) -> None:
+    """Under callgrind: run each statement (with the names it uses) ``n`` and ``3n`` times,
+    counters zeroed before and dumped after each run; an empty loop first (its cost is
+    subtracted)."""
     pid = str(os.getpid())
 
     def control(*args: str) -> None:
         subprocess.run(["callgrind_control", *args, pid], stdout=subprocess.DEVNULL, check=True)
 
     loops: List[Callable[[int], Any]] = []
-    for statement in ["pass", *statements]:
+    for statement, names in [("pass", {}), *measured]:
+        scope = dict(names)
         source = f"def loop(m):\n    for _ in range(m):\n        {statement}\n"
-        exec(compile(source, "<loop>", "exec"), names)
-        loops.append(names.pop("loop"))
+        exec(compile(source, "<loop>", "exec"), scope)
+        loops.append(scope["loop"])
     for loop in loops:
         loop(WARM_UP)
     control("-i", "on")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import callgrind  # next to this script
@@ -121,16 +120,6 @@ def count(n: int) -> Dict[Tuple[str, str], float]:
     return dict(zip(keys, counts))
 
 
-def _count_in_worker(n: int) -> None:
-    """Under callgrind: the statements, each in its own names (See ``callgrind.worker``)."""
-    names: Dict[str, Any] = {}
-    measured = statements()
-    for i, (_, _, _, own) in enumerate(measured):
-        names.update({f"{k}{i}" if k == "f" else k: v for k, v in own.items()})
-    renamed = [re.sub(r"\bf\(", f"f{i}(", stmt) for i, (_, _, stmt, _) in enumerate(measured)]
-    callgrind.worker(renamed, names, n)
-
-
 def table(best: Dict[Tuple[str, str], float], unit: str = "µs") -> Dict[str, Any]:
     """The results in the benchmark JSON schema (the docs' Performance page renders it)."""
     labels = list(dict.fromkeys(label for label, _ in best))
@@ -158,7 +147,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.worker:
-        _count_in_worker(args.worker)
+        callgrind.worker([(stmt, names) for _, _, stmt, names in statements()], args.worker)
         return 0
     if args.callgrind:
         result = table(count(2000), unit="instructions")

@@ -86,13 +86,14 @@ def namespace(op: Any) -> Dict[str, Any]:
     """The names the statements of :func:`rows` use."""
     call = type(op).__call__
     source = inspect.getsource(call)
+    defined = re.search(r"def (\w+)\(", source)  # the generated def's name, not __name__
+    name = defined.group(1) if defined else call.__name__
     names: Dict[str, Any] = {"HandLegacy": HandLegacy, "op": op, "call": call}
     names["x"] = torch.ones(1, requires_grad=True)
     for i, (label, taken_out) in enumerate(COPIES):
         scope = dict(call.__globals__)
         exec(compile(_without(source, **taken_out), f"<{label}>", "exec"), scope)
-        defined = re.search(r"def (\w+)\(", source)  # the generated def's name, not __name__
-        names[f"copy{i}"] = scope[defined.group(1) if defined else call.__name__]
+        names[f"copy{i}"] = scope[name]
     return names
 
 
@@ -122,7 +123,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     torch.set_num_threads(1)
     if args.worker:
         op = make_op()
-        callgrind.worker(list(rows(op).values()), namespace(op), args.worker)
+        names = namespace(op)
+        callgrind.worker([(statement, names) for statement in rows(op).values()], args.worker)
         return 0
     if HAS_TORCH_CUSTOM_OP:
         print(f"torch {torch.__version__}: custom_op is torch's own here; nothing to break down")

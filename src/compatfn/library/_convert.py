@@ -195,13 +195,13 @@ def given_arguments(
     """
     positional: List[Any] = []
     keywords: Dict[str, Any] = {}
-    for name, value in zip(names, values):
+    for i, (name, value) in enumerate(zip(names, values)):
         if value is MISSING:
             continue
-        if keywords or len(positional) < names.index(name):
-            keywords[name] = value
-        else:
+        if len(positional) == i:  # nothing left out before it
             positional.append(value)
+        else:
+            keywords[name] = value
     return positional, keywords
 
 

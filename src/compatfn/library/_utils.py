@@ -120,20 +120,6 @@ def tensors_in(values: Iterable[Any]) -> List[torch.Tensor]:
     return found
 
 
-# NOTE: [storage identity]
-# torch's aliasing rule for custom ops (no output shares storage with an input or another output)
-# compares storages. Where torch has ``torch._C.storage_id`` (1.13+) that is the identity;
-# torch 1.8 has none, so the full check compares ``t.storage()._cdata`` (the address of the
-# StorageImpl, measured on 1.8: the same for views, also of empty tensors); the generated call's
-# quick test compares data pointers: a storage's data pointer is the data pointer of any tensor on
-# it at storage offset 0, and it identifies nothing for an empty tensor (every empty storage may
-# have pointer 0), so the quick test fails there and the full check decides. Meta tensors have
-# no data to alias.
-# ``storage_key`` applies the rule to one tensor (the full check); ``distinct_storage_source``
-# writes the cheapest exact test that one output shares no storage with given tensors, for the
-# op's generated call: when it fails, the call falls back to the full check.
-
-
 def detached(output: Any) -> Any:
     """``output`` as the kernel gives it when torch runs it below autograd (no input requires
     grad): what it computed from a captured tensor that requires grad (a parameter) records no
@@ -152,6 +138,20 @@ def detached(output: Any) -> Any:
     ):
         return type(output)(detached(o) for o in output)
     return output
+
+
+# NOTE: [storage identity]
+# torch's aliasing rule for custom ops (no output shares storage with an input or another output)
+# compares storages. Where torch has ``torch._C.storage_id`` (1.13+) that is the identity;
+# torch 1.8 has none, so the full check compares ``t.storage()._cdata`` (the address of the
+# StorageImpl, measured on 1.8: the same for views, also of empty tensors); the generated call's
+# quick test compares data pointers: a storage's data pointer is the data pointer of any tensor on
+# it at storage offset 0, and it identifies nothing for an empty tensor (every empty storage may
+# have pointer 0), so the quick test fails there and the full check decides. Meta tensors have
+# no data to alias.
+# ``storage_key`` applies the rule to one tensor (the full check); ``distinct_storage_source``
+# writes the cheapest exact test that one output shares no storage with given tensors, for the
+# op's generated call: when it fails, the call falls back to the full check.
 
 
 def storage_key(t: torch.Tensor) -> Optional[int]:
