@@ -203,6 +203,7 @@ SDIST_MUST_HOLD = (
     "CHANGELOG.md",
     "tox.toml",
     "tools/sessions.py",
+    "examples/downstream",
     ".ci/run",
 )
 

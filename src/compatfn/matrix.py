@@ -378,6 +378,9 @@ def nox_sessions(
 
     chosen = list(ROWS if selected is None else selected)
 
+    for r in chosen:
+        r.requirements(*companions)  # a companion a row lacks: MatrixError now, not in a session
+
     def define(func: Callable[[Any, Row], None]) -> Callable[[Any, Row], None]:
         prefix = name or func.__name__
         for r, forced in _variants(chosen, legacy):
