@@ -118,13 +118,15 @@ def installed(session: nox.Session) -> None:
 @nox.session(python=sessions.LINT_PYTHON)
 def lint(session: nox.Session) -> None:
     """Ruff (lint, format check) over the repository; mypy over src/ (with torch) and tools/;
-    actionlint over .github/workflows (configured by .github/actionlint.yaml)."""
+    actionlint over .github/workflows (configured by .github/actionlint.yaml) and the example
+    project's workflow."""
     session.install(*sessions.LINT_DEPS)
     session.run("ruff", "check", *session.posargs)
     session.run("ruff", "format", "--check", *session.posargs)
     session.run("mypy")
     session.run("mypy", "--strict", "tools")
     session.run("actionlint")
+    session.run("actionlint", "examples/downstream/.github/workflows/tests.yml")
 
 
 @nox.session(name="report", python=False, default=False)

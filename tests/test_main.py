@@ -59,7 +59,9 @@ def test_matrix_filters_and_formats(capsys: pytest.CaptureFixture[str]):
         ("2.13.0", "3.12", True),
         ("2.14.1", "3.13", True),
     ]
-    _, out, _ = _matrix(capsys, "--format", "requirements", "--torch", "1.8", "--with", "torchvision")
+    _, out, _ = _matrix(
+        capsys, "--format", "requirements", "--torch", "1.8", "--with", "torchvision"
+    )
     assert out.splitlines() == ["torch==1.8.1", "numpy<2", "setuptools<70", "torchvision==0.9.1"]
     _, out, _ = _matrix(capsys, "--format", "tox", "--torch", "2.0")
     assert out.startswith('env_list = ["torch20", "torch20-legacy"]\n\n[env.torch20]\n')

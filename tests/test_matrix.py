@@ -11,7 +11,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any, Dict, Iterator, List
 
 import pytest
@@ -221,7 +221,7 @@ def test_nox_sessions_index_name_and_companions(
         assert session.installs[1] == ["numpy", "setuptools"]
 
 
-# --- compatfn's own files, built from the table -----------------------------------------------------
+# --- compatfn's own files, built from the table --------------------------------------------------
 
 
 def test_tox_toml_is_generated_from_the_matrix(tools: SimpleNamespace) -> None:
@@ -254,7 +254,7 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert commands[-1] in ci_lines
 
 
-# --- the example downstream project ------------------------------------------------------------------
+# --- the example downstream project --------------------------------------------------------------
 
 EXAMPLE = ROOT / "examples" / "downstream"
 #: The example project: what docs/downstream.md shows.

@@ -57,9 +57,7 @@ def test_report_cells(report: ModuleType, tmp_path: Path) -> None:
     assert lines[middle].count("not run") == 6  # CPU, CUDA, legacy, 2 flags, date
 
 
-def test_report_counts_xfailed_and_xpassed_apart(
-    report: ModuleType, tmp_path: Path
-) -> None:
+def test_report_counts_xfailed_and_xpassed_apart(report: ModuleType, tmp_path: Path) -> None:
     path = tmp_path / "tests-x.xml"
     path.write_text(
         '<testsuites><testsuite tests="5" failures="2" errors="0" skipped="2">'

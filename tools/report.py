@@ -202,7 +202,9 @@ def render(junit_dir: Path, installed_dir: Optional[Path] = None) -> str:
         if checked is not None:
             cuda = checked.runs.get("native")
         legacy = (
-            _load(junit_dir, matrix.session_name("tests", row, legacy=True)) if row.setup_context else None
+            _load(junit_dir, matrix.session_name("tests", row, legacy=True))
+            if row.setup_context
+            else None
         )
         features: Dict[str, object] = {}
         for result in (cpu, legacy, cuda):
@@ -224,7 +226,9 @@ def render(junit_dir: Path, installed_dir: Optional[Path] = None) -> str:
                 row,
                 cpu.cell() if cpu else "not run",
                 cuda_cell,
-                (legacy.cell() if legacy else "not run") if row.setup_context else "n/a (always legacy)",
+                (legacy.cell() if legacy else "not run")
+                if row.setup_context
+                else "n/a (always legacy)",
                 features,
                 max(stamps) if stamps else "",
             )

@@ -48,12 +48,8 @@ def add_parser(sub: Any) -> None:
     mat.add_argument("--format", default="json", help=f"{', '.join(FORMATS)} (default: json)")
     mat.add_argument("--min-torch", metavar="X.Y", help="the oldest torch to keep")
     mat.add_argument("--max-torch", metavar="X.Y", help="the newest torch to keep")
-    mat.add_argument(
-        "--torch", action="append", metavar="X.Y", help="only this torch (repeatable)"
-    )
-    mat.add_argument(
-        "--ends", action="store_true", help="only the oldest and the newest row left"
-    )
+    mat.add_argument("--torch", action="append", metavar="X.Y", help="only this torch (repeatable)")
+    mat.add_argument("--ends", action="store_true", help="only the oldest and the newest row left")
     mat.add_argument(
         "--no-legacy",
         action="store_true",
@@ -110,4 +106,3 @@ def main(args: argparse.Namespace) -> int:
         return 2
     print(text)
     return 0
-
