@@ -1,7 +1,7 @@
 import torch
-from softclip import SoftClip, soft_clip
 
 from compatfn.testing import check_function
+from softclip import SoftClip, soft_clip
 
 
 def test_soft_clip_is_a_correct_function():
