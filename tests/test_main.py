@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import pytest
@@ -85,3 +88,17 @@ def test_matrix_bad_input_is_one_line_and_exit_2(
     status, out, err = _matrix(capsys, *args)
     assert (status, out) == (2, "")
     assert message in err and err.count("\n") == 1, err
+
+
+def test_matrix_into_a_closed_pipe_is_not_a_traceback():
+    """The installed ``compatfn`` command, like ``python -m compatfn``, exits 1 quietly when its
+    reader has gone (``compatfn matrix | head``)."""
+    command = Path(sys.executable).with_name("compatfn")
+    if not command.exists():
+        pytest.skip(f"no compatfn command next to {sys.executable} (not installed there)")
+    proc = subprocess.Popen(
+        [str(command), "matrix"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    proc.stdout.close()  # type: ignore[union-attr]  (before the command has started writing)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in err, err

@@ -351,10 +351,15 @@ def _exit_quietly_on_closed_pipe() -> int:
     return 1
 
 
-if __name__ == "__main__":
+def console() -> int:
+    """The ``compatfn`` command and ``python -m compatfn``: :func:`main`, quiet on a closed pipe."""
     try:
         status = main()
         sys.stdout.flush()
     except BrokenPipeError:
         status = _exit_quietly_on_closed_pipe()
-    sys.exit(status)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(console())
