@@ -337,13 +337,11 @@ def install_torch(session: Any, r: Row, *companions: str) -> None:
     torch and the companions come from :func:`torch_index` (torch's own dependencies too, which
     PyTorch's indexes carry), the pins from the default index.
     """
-    torch = r.requirements(*companions)
-    pins = [p for p in torch if not p.startswith(("torch==", "torchvision==", "torchaudio=="))]
-    torch = [p for p in torch if p not in pins]
+    wheels = [req for req in r.requirements(*companions) if req not in r.pins]
     index = torch_index(r)
-    session.install(*torch, *(["--index-url", index] if index else []))
-    if pins:
-        session.install(*pins)
+    session.install(*wheels, *(["--index-url", index] if index else []))
+    if r.pins:
+        session.install(*r.pins)
 
 
 def nox_sessions(
@@ -377,7 +375,6 @@ def nox_sessions(
     import nox  # the noxfile's own nox; this module stays importable without it
 
     chosen = list(ROWS if selected is None else selected)
-
     for r in chosen:
         r.requirements(*companions)  # a companion a row lacks: MatrixError now, not in a session
 
