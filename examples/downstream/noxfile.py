@@ -1,5 +1,5 @@
 # /// script
-# dependencies = ["nox>=2025.2.9", "compatfn"]
+# dependencies = ["nox", "compatfn"]
 # ///
 """softclip's tests on every torch compatfn supports: `nox -l` lists them."""
 
