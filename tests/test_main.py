@@ -71,6 +71,15 @@ def test_matrix_filters_and_formats(capsys: pytest.CaptureFixture[str]):
     assert out.rstrip().endswith('set_env = { COMPATFN_LEGACY = "1" }')
 
 
+def test_matrix_tox_is_toml_tox_reads(capsys: pytest.CaptureFixture[str]):
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is Python 3.11+")
+    _, out, _ = _matrix(capsys, "--format", "tox", "--min-torch", "2.14")
+    parsed = tomllib.loads(out)
+    assert parsed["env_list"] == ["torch214", "torch214-legacy", "torch215", "torch215-legacy"]
+    assert parsed["env"]["torch215-legacy"]["set_env"] == {"COMPATFN_LEGACY": "1"}
+    assert parsed["env"]["torch214"]["deps"] == matrix.row("2.14").requirements()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
