@@ -223,6 +223,8 @@ def test_nox_sessions_index_name_and_companions(
         matrix.MatrixError, match=re.escape("no torchaudio release is built for torch 1.13.1")
     ):
         matrix.nox_sessions(companions=["torchaudio"])  # when the noxfile loads, not in a session
+    with pytest.raises(matrix.MatrixError, match="nox_sessions got no rows"):
+        matrix.nox_sessions([])
 
 
 # --- compatfn's own files, built from the table --------------------------------------------------

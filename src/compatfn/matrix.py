@@ -375,6 +375,8 @@ def nox_sessions(
     import nox  # the noxfile's own nox; this module stays importable without it
 
     chosen = list(ROWS if selected is None else selected)
+    if not chosen:
+        raise MatrixError("nox_sessions got no rows: pass matrix.rows(...) or leave it out")
     for r in chosen:
         r.requirements(*companions)  # a companion a row lacks: MatrixError now, not in a session
 
