@@ -720,7 +720,8 @@ def _warning_classes(defaults: bool, legacy: Optional[bool]) -> Tuple[Any, Any]:
 
         @staticmethod
         def setup_context(ctx, inputs, output):
-            ctx.factor = inputs[1]
+            _, factor = inputs
+            ctx.factor = factor
 
         @staticmethod
         def backward(ctx, grad):
