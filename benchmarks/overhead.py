@@ -45,7 +45,7 @@ import torch
 from torch.utils.benchmark import Timer
 
 import compatfn
-from compatfn.core import APPLY_FILLS_DEFAULTS, HAS_SETUP_CONTEXT
+from compatfn.core import _APPLY_FILLS_DEFAULTS, _HAS_SETUP_CONTEXT
 from compatfn.library import HAS_TORCH_CUSTOM_OP
 
 
@@ -153,7 +153,7 @@ def load_core(path: str) -> Any:
 def _rows() -> List[Tuple[str, str, str, str]]:
     """(kind, label, statement, baseline label)."""
     rows: List[Tuple[str, str, str, str]] = []
-    if HAS_SETUP_CONTEXT:
+    if _HAS_SETUP_CONTEXT:
         rows += [
             (
                 "native",
@@ -252,7 +252,7 @@ def _targets(kind: str, label: str, phase: str) -> Optional[float]:
     if phase == "fwd, no grad":
         return None
     if kind == "native" and label.startswith("compatfn (positional)"):
-        if APPLY_FILLS_DEFAULTS:  # torch's own apply binds defaults per call: compatfn beats it
+        if _APPLY_FILLS_DEFAULTS:  # torch's own apply binds defaults per call: compatfn beats it
             return 0.5 if phase == "fwd" else 0.75
         return 1.03
     if kind == "legacy" and label.startswith("compatfn legacy (positional)"):
@@ -275,7 +275,7 @@ def measure(
         "Inter": make_intermediates(),
         "grad": torch.autograd.grad,
     }
-    if HAS_SETUP_CONTEXT:
+    if _HAS_SETUP_CONTEXT:
         env["Plain"] = make_new()
         env["Native"] = compatfn.function(make_new())
     env["Legacy"] = compatfn.function(make_new(), legacy=True)
@@ -283,7 +283,7 @@ def measure(
     rows = _rows()
     if before is not None:
         env["InterBefore"] = make_intermediates(before.function)
-        if HAS_SETUP_CONTEXT:
+        if _HAS_SETUP_CONTEXT:
             env["NativeBefore"] = before.function(make_new())
         env["LegacyBefore"] = before.function(make_new(), legacy=True)
         rows = _before_rows(rows)

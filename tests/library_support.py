@@ -23,7 +23,7 @@ TIERS = [
     )
     if ok
 ]
-TORCH_MINOR = core.TORCH_VERSION
+TORCH_MINOR = core._TORCH_VERSION
 #: A prefix of this process's own, so that namespaces never repeat across runs in one process.
 _RUN = uuid.uuid4().hex[:6]
 _names = itertools.count()
@@ -31,7 +31,7 @@ _names = itertools.count()
 
 def compiles() -> Optional[str]:
     """``None`` where this torch compiles, else why not."""
-    return core.dynamo_unsupported()
+    return core._dynamo_unsupported()
 
 
 def fresh(tier: str) -> str:

@@ -29,7 +29,7 @@ from toy_functions import (
     make_square,
 )
 
-WHY_NOT = core.dynamo_unsupported()
+WHY_NOT = core._dynamo_unsupported()
 pytestmark = [
     pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or ""),
     # Dynamo's caches are process-wide: every test starts and ends with a clean slate.
@@ -200,7 +200,7 @@ CONTROL_COMPILES = {
 
 
 @pytest.mark.skipif(
-    core.TORCH_VERSION not in CONTROL_COMPILES, reason="no measurement of this torch to pin"
+    core._TORCH_VERSION not in CONTROL_COMPILES, reason="no measurement of this torch to pin"
 )
 def test_control_of_the_known_limits():
     """The limits the module docstring names are torch's: pinned per measured release, so that
@@ -208,7 +208,7 @@ def test_control_of_the_known_limits():
     keywords_with_grad = _control("keywords", True, "aot_eager")[1]
     without_grad = _control("positional", False, "aot_eager")[1]
     measured = (keywords_with_grad is None, without_grad is None)
-    assert measured == CONTROL_COMPILES[core.TORCH_VERSION], (keywords_with_grad, without_grad)
+    assert measured == CONTROL_COMPILES[core._TORCH_VERSION], (keywords_with_grad, without_grad)
 
 
 @pytest.mark.parametrize("legacy", PATHS)
@@ -252,7 +252,7 @@ def test_compiling_apply_itself(legacy, grad):
 def test_features_report_compile_support():
     """``features()["compile"]`` names what torch does with setup_context-style classes written
     without compatfn: dynamo rejects them before torch 2.4 (pytorch #118397)."""
-    expected = "native" if core.TORCH_VERSION >= (2, 4) else "functional"
+    expected = "native" if core._TORCH_VERSION >= (2, 4) else "functional"
     assert compatfn.features()["compile"] == expected
 
 
@@ -262,8 +262,8 @@ def test_mode_names_the_form_dynamo_sees():
     dynamo leaves them out of setup_context's inputs (a class without defaults is as written from
     torch 2.13)."""
     with_defaults, without = make_clip(), make_square()
-    if core.env_forces_legacy() or not core.HAS_SETUP_CONTEXT:
+    if core._env_forces_legacy() or not core._HAS_SETUP_CONTEXT:
         assert compatfn.mode(with_defaults) == compatfn.mode(without) == "legacy"
     else:
         assert compatfn.mode(with_defaults) == "dual"
-        assert compatfn.mode(without) == ("dual" if core.TORCH_VERSION < (2, 13) else "native")
+        assert compatfn.mode(without) == ("dual" if core._TORCH_VERSION < (2, 13) else "native")

@@ -1,7 +1,7 @@
 """core's dynamo facts, measured on the installed torch: each names where dynamo mishandles a
 setup_context-style Function written WITHOUT compatfn that a hand-written legacy Function of the
 same math compiles. The facts decide at decoration what a decorated class is
-(``CLASS_TAKES_LEGACY_FORM``); this test fails on any release where a fact's version range is
+(``_CLASS_TAKES_LEGACY_FORM``); this test fails on any release where a fact's version range is
 wrong, in either direction.
 """
 
@@ -21,7 +21,7 @@ from toy_functions import (
     make_hand_written_clip_scale,
 )
 
-WHY_NOT = core.dynamo_unsupported()
+WHY_NOT = core._dynamo_unsupported()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")
 
 CALLS = {
@@ -31,31 +31,31 @@ CALLS = {
     **{call: run for call, (run, _) in DEFAULT_CALLS.items()},
 }
 #: Where dynamo also fails a call that leaves out defaults without grad (measured: "Observed
-#: exception" on 2.6-2.14, on 2.0-2.5 hidden by DYNAMO_PASSES_CTX_WITHOUT_GRAD; 2.15 compiles it).
-OMITS_DEFAULTS_WITHOUT_GRAD = core.HAS_SETUP_CONTEXT and core.TORCH_VERSION < (2, 15)
+#: exception" on 2.6-2.14, on 2.0-2.5 hidden by _DYNAMO_PASSES_CTX_WITHOUT_GRAD; 2.15 compiles it).
+OMITS_DEFAULTS_WITHOUT_GRAD = core._HAS_SETUP_CONTEXT and core._TORCH_VERSION < (2, 15)
 
 #: (call, grad) -> the facts that say dynamo mishandles an undecorated setup_context class there.
 CASES = {
-    ("positional", True): lambda: core.DYNAMO_REJECTS_SETUP_CONTEXT,
-    ("positional", False): lambda: core.DYNAMO_PASSES_CTX_WITHOUT_GRAD,
+    ("positional", True): lambda: core._DYNAMO_REJECTS_SETUP_CONTEXT,
+    ("positional", False): lambda: core._DYNAMO_PASSES_CTX_WITHOUT_GRAD,
     ("keywords", False): lambda: (
-        core.DYNAMO_PASSES_CTX_WITHOUT_GRAD or core.DYNAMO_PASSES_CTX_WITH_KEYWORDS
+        core._DYNAMO_PASSES_CTX_WITHOUT_GRAD or core._DYNAMO_PASSES_CTX_WITH_KEYWORDS
     ),
     # Defaults (pytorch #130051): with grad on every 2.x, the decorated class's legacy form.
     ("defaults-left-out", True): lambda: (
-        core.DYNAMO_REJECTS_SETUP_CONTEXT or core.DYNAMO_OMITS_DEFAULTS
+        core._DYNAMO_REJECTS_SETUP_CONTEXT or core._DYNAMO_OMITS_DEFAULTS
     ),
     ("defaults-left-out", False): lambda: (
-        core.DYNAMO_PASSES_CTX_WITHOUT_GRAD or OMITS_DEFAULTS_WITHOUT_GRAD
+        core._DYNAMO_PASSES_CTX_WITHOUT_GRAD or OMITS_DEFAULTS_WITHOUT_GRAD
     ),
     ("one-default-left-out", True): lambda: (
-        core.DYNAMO_REJECTS_SETUP_CONTEXT or core.DYNAMO_OMITS_DEFAULTS
+        core._DYNAMO_REJECTS_SETUP_CONTEXT or core._DYNAMO_OMITS_DEFAULTS
     ),
     ("keyword-skipping-a-default", True): lambda: (
-        core.DYNAMO_REJECTS_SETUP_CONTEXT or core.DYNAMO_OMITS_DEFAULTS
+        core._DYNAMO_REJECTS_SETUP_CONTEXT or core._DYNAMO_OMITS_DEFAULTS
     ),
     ("reordered-keywords", False): lambda: (
-        core.DYNAMO_PASSES_CTX_WITHOUT_GRAD or core.DYNAMO_PASSES_CTX_WITH_KEYWORDS
+        core._DYNAMO_PASSES_CTX_WITHOUT_GRAD or core._DYNAMO_PASSES_CTX_WITH_KEYWORDS
     ),
 }
 #: The facts that decide for every class, and the one that decides for classes with defaults.
@@ -104,6 +104,6 @@ def test_dynamo_fact_matches_this_torch(call: str, grad: bool) -> None:
 
 def test_the_class_takes_the_legacy_form_exactly_where_a_fact_holds() -> None:
     every_class = any(CASES[case]() for case in CLASS_FACTS)
-    assert every_class == core.CLASS_TAKES_LEGACY_FORM
+    assert every_class == core._CLASS_TAKES_LEGACY_FORM
     with_defaults = any(fact() for case, fact in CASES.items() if case[0] in DEFAULT_CALLS)
-    assert with_defaults == (core.CLASS_TAKES_LEGACY_FORM or core.DYNAMO_OMITS_DEFAULTS)
+    assert with_defaults == (core._CLASS_TAKES_LEGACY_FORM or core._DYNAMO_OMITS_DEFAULTS)

@@ -376,13 +376,13 @@ def test_features_detected():
     }
     assert expected_keys <= set(found)
     # Cross-check each detection against a direct observation on this torch.
-    assert found["default_binding"] is (core.TORCH_VERSION >= (2, 2))
-    assert found["apply_kwargs"] is (core.TORCH_VERSION >= (2, 13))
-    assert found["torch_func"] is (core.TORCH_VERSION >= (2, 0))
-    assert found["amp_device_generic"] is (core.TORCH_VERSION >= (2, 4))
+    assert found["default_binding"] is (core._TORCH_VERSION >= (2, 2))
+    assert found["apply_kwargs"] is (core._TORCH_VERSION >= (2, 13))
+    assert found["torch_func"] is (core._TORCH_VERSION >= (2, 0))
+    assert found["amp_device_generic"] is (core._TORCH_VERSION >= (2, 4))
     # Measured: no torch.compile before 2.0 nor on torch 2.0 with Python 3.11; torch 2.1-2.3
     # compile only the legacy form (pytorch #118397); 2.4+ the setup_context style too.
-    release, python = core.TORCH_VERSION, sys.version_info[:2]
+    release, python = core._TORCH_VERSION, sys.version_info[:2]
     if release < (2, 0) or (release == (2, 0) and python >= (3, 11)):
         assert found["compile"] == "unavailable"
     else:
@@ -458,7 +458,7 @@ def test_redecorating_with_the_same_legacy_choice_is_harmless():
 )
 def test_legacy_environment_values(monkeypatch, value, forced):
     monkeypatch.setenv("COMPATFN_LEGACY", value)
-    assert core.env_forces_legacy() is forced
+    assert core._env_forces_legacy() is forced
     cls = compatfn.function(_bad())
     assert compatfn.mode(cls) == expected_mode(forced)
 
@@ -523,11 +523,11 @@ def test_jit_script_works_wherever_it_works_for_a_hand_written_function():
     the same results (on 2.14 also where it does not); where it fails, the error never points
     into compatfn's source."""
     _, control = _scripted(_calling(HandWrittenClip))
-    expected = SCRIPTS_HAND_WRITTEN.get(core.TORCH_VERSION)
+    expected = SCRIPTS_HAND_WRITTEN.get(core._TORCH_VERSION)
     if expected is not None:
         assert (control == "") is expected, control
     scripted, failure = _scripted(_calling(Scale))
-    if control == "" or core.TORCH_VERSION in SCRIPTS_DECORATED_ALONE:
+    if control == "" or core._TORCH_VERSION in SCRIPTS_DECORATED_ALONE:
         assert failure == "", failure
         x = torch.randn(3, requires_grad=True)
         y = scripted(x)

@@ -118,7 +118,7 @@ def test_native_subclass_of_legacy_forced_base_is_native():
 
 
 @pytest.mark.skipif(
-    not compatfn.features()["forward_ad"] or compatfn.core.TORCH_VERSION < (1, 11),
+    not compatfn.features()["forward_ad"] or compatfn.core._TORCH_VERSION < (1, 11),
     reason="forward AD with ctx.save_for_forward needs torch >= 1.11",
 )
 @pytest.mark.parametrize("legacy", PATHS, ids=["default-path", "legacy-forced"])

@@ -424,7 +424,7 @@ def test_save_for_forward_and_jvp(device):
     x = torch.randn(4, dtype=torch.float64, device=device)
     t = torch.randn(4, dtype=torch.float64, device=device)
     with fwAD.dual_level():
-        if core.TORCH_VERSION < (1, 11):  # forward AD of Functions, but no save_for_forward
+        if core._TORCH_VERSION < (1, 11):  # forward AD of Functions, but no save_for_forward
             with pytest.raises(RuntimeError, match=r"Exp: ctx.save_for_forward needs torch >= 1"):
                 Exp.apply(fwAD.make_dual(x, t))
             return

@@ -108,9 +108,9 @@ def unmet(requirement: str) -> Optional[str]:
     if requirement == "cuda":
         return None if torch.cuda.is_available() else "no usable GPU here"
     if requirement == "native":
-        if not core.HAS_SETUP_CONTEXT:
+        if not core._HAS_SETUP_CONTEXT:
             return f"torch {torch.__version__} has no setup_context (legacy path)"
-        return "COMPATFN_LEGACY forces the legacy path" if core.env_forces_legacy() else None
+        return "COMPATFN_LEGACY forces the legacy path" if core._env_forces_legacy() else None
     if requirement.startswith("import:"):
         name = requirement.split(":", 1)[1]
         return None if importlib.util.find_spec(name) else f"{name} is not installed here"

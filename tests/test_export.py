@@ -148,7 +148,7 @@ def test_control_exports_positionally():
     if NON_STRICT:
         assert _control("non-strict", False, True) is None
         keywords = _control("non-strict", True, True)
-        assert (keywords is None) == (compatfn.core.TORCH_VERSION >= (2, 13)), keywords
+        assert (keywords is None) == (compatfn.core._TORCH_VERSION >= (2, 13)), keywords
 
 
 class CallsWithDefaults(torch.nn.Module):

@@ -57,7 +57,7 @@ def test_compile_is_available_where_torch_compiles_on_this_python() -> None:
 
 
 def test_module_level_probes() -> None:
-    assert core.HAS_TORCH_FUNC is (TORCH >= (2, 0))
+    assert core._HAS_TORCH_FUNC is (TORCH >= (2, 0))
     # The meta device: not on torch 1.8 (measured), there from 1.13 (measured) and on every 2.x.
     assert library.HAS_META_DEVICE is (TORCH >= (1, 9))
     # torch.compile functionalizes mutating custom ops from 2.2; 2.1 raises (measured).

@@ -125,7 +125,7 @@ def test_transforms_on_torch_1x_raise_a_clear_error():
 
     with pytest.raises(RuntimeError, match=r"from torch 2\.0 on \(torch\.func\)"):
         functorch.vmap(decorated.apply)(torch.randn(3, 4))
-    assert core.TORCH_VERSION < (2, 0)
+    assert core._TORCH_VERSION < (2, 0)
 
 
 needs_func = pytest.mark.skipif(not HAS_FUNC, reason=f"torch {torch.__version__} has no torch.func")
@@ -167,7 +167,7 @@ def _exp_with_intermediate():
 def test_intermediates_under_torch_func(transform):
     """Transforms see the public output only; the intermediate gets no gradient (backward and
     jvp take and give the public output's alone)."""
-    core.prepare_torch_func()
+    core._prepare_torch_func()
     exp = _exp_with_intermediate()
     assert compatfn.mode(exp) == "dual"
     x = torch.randn(3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
@@ -178,7 +178,7 @@ def test_intermediates_under_torch_func(transform):
 @needs_func
 def test_decorated_subclass_overriding_vmap():
     """The subclass's own vmap runs under vmap, on every path torch.func supports."""
-    core.prepare_torch_func()
+    core._prepare_torch_func()
     seen = []
     base = make_scale(True, "generate")
 

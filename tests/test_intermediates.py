@@ -289,7 +289,7 @@ def test_amp_decorators(device):
 
 
 needs_func = pytest.mark.skipif(
-    not core.HAS_TORCH_FUNC, reason=f"torch {torch.__version__} has no torch.func (torch >= 2.0)"
+    not core._HAS_TORCH_FUNC, reason=f"torch {torch.__version__} has no torch.func (torch >= 2.0)"
 )
 
 
@@ -297,7 +297,7 @@ needs_func = pytest.mark.skipif(
 def test_torch_func_with_generate_vmap_rule():
     if compatfn.mode(make_softmax()) == "legacy":
         pytest.skip("the legacy path is refused under torch.func (tested in test_func)")
-    core.prepare_torch_func()
+    core._prepare_torch_func()
     softmax = make_softmax(vmap_rule=True)
     x = torch.randn(3, 4, 5, dtype=torch.float64)
     out = torch.func.vmap(softmax.apply)(x)
@@ -315,7 +315,7 @@ def _double(x):
 def test_torch_func_with_a_vmap_staticmethod_that_sees_every_output():
     """``Double.forward`` is the legacy-form adapter once decorated (see README): the vmap
     staticmethod calls the forward function by its own name."""
-    core.prepare_torch_func()
+    core._prepare_torch_func()
     seen = []
 
     @compatfn.function(intermediates=1)
@@ -373,7 +373,7 @@ def test_outputs_inside_a_tuple_are_refused_under_torch_func():
     # torch.func would differentiate nothing inside the tuple: zero gradients, silently.
     if compatfn.mode(NestedOutputs) == "legacy":
         pytest.skip("the legacy path is refused under torch.func (tested in test_func)")
-    core.prepare_torch_func()
+    core._prepare_torch_func()
     with pytest.raises(TypeError, match=r"NestedOutputs\.forward returned its outputs inside a"):
         torch.func.grad(lambda t: sum(o.sum() for o in NestedOutputs.apply(t)))(torch.randn(3))
 

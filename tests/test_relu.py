@@ -21,7 +21,7 @@ from compatfn.testing._compile_probes import plain_compile_failure
 
 CLIP = 2.0
 HAS_HOOKS = hasattr(getattr(torch.autograd, "graph", None), "saved_tensors_hooks")
-TORCH = compatfn.core.TORCH_VERSION
+TORCH = compatfn.core._TORCH_VERSION
 
 
 def _call_inplace(x: torch.Tensor) -> torch.Tensor:
@@ -176,7 +176,7 @@ def _compiled_inplace_gradient(apply: Callable[..., torch.Tensor], device: torch
 
 
 def _compile_skip_reason() -> str:
-    return compatfn.core.dynamo_unsupported() or ""
+    return compatfn.core._dynamo_unsupported() or ""
 
 
 # The ctx method each Function uses that some torch cannot compile at all (torch 2.1: dynamo

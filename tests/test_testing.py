@@ -15,7 +15,7 @@ from compatfn.testing import CHECKS, CheckReport, check_function, saved_bytes
 from compatfn.testing._checks import REGISTRY
 from toy_functions import make_clip
 
-TORCH = compatfn.core.TORCH_VERSION
+TORCH = compatfn.core._TORCH_VERSION
 HAS_HOOKS = hasattr(getattr(torch.autograd, "graph", None), "saved_tensors_hooks")
 FWD_AD = TORCH >= (1, 11)
 
@@ -203,7 +203,7 @@ def test_wrong_jvp_is_caught(device: torch.device) -> None:
 
 def test_jvp_functions_skip_compile_with_reason(device: torch.device) -> None:
     report = check_function(Square, _x(device), checks=["compile"])
-    why = compatfn.core.dynamo_unsupported()
+    why = compatfn.core._dynamo_unsupported()
     jvp = "torch.compile (dynamo) does not trace Functions that define a custom jvp"
     assert report.ran == [] and report.skipped["compile"] == (why or jvp), str(report)
 

@@ -13,7 +13,7 @@ import compatfn
 from compatfn.testing import _compile_probes as probes
 from compatfn.testing import check_function
 
-TORCH = compatfn.core.TORCH_VERSION
+TORCH = compatfn.core._TORCH_VERSION
 
 
 def _x(device: torch.device) -> torch.Tensor:
@@ -63,7 +63,7 @@ FAKE_FAILURE = probes.DynamoFailure(
 
 
 def _need_compile() -> None:
-    why = compatfn.core.dynamo_unsupported()
+    why = compatfn.core._dynamo_unsupported()
     if why:
         pytest.skip(why)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import json
 import os
 import subprocess
@@ -413,7 +414,7 @@ def test_package_imports_torch_only_when_its_api_is_used():
     code = (
         "import sys, compatfn\n"
         "assert 'torch' not in sys.modules and compatfn.__version__\n"
-        "assert compatfn.core.TORCH_VERSION and 'torch' in sys.modules\n"
+        "assert compatfn.core._TORCH_VERSION and 'torch' in sys.modules\n"
         "from compatfn import function, custom_fwd\n"
         "assert sorted(set(dir(compatfn)) & set(compatfn.__all__)) == sorted(compatfn.__all__)\n"
     )
@@ -453,3 +454,16 @@ def test_type_checkers_see_every_public_name():
         for alias in node.names
     ]
     assert sorted(seen) == sorted(compatfn.__all__[1:])
+
+
+def test_core_has_no_public_name_outside_all():
+    """The vendored module's public API is its ``__all__``: every other name defined in it (the
+    torch facts included) is underscored, so a vendoring user can tell what is stable."""
+    defined_here = [
+        name
+        for name, value in vars(core).items()
+        if not name.startswith("_")
+        and not inspect.ismodule(value)
+        and getattr(value, "__module__", core.__name__) == core.__name__
+    ]
+    assert sorted(defined_here) == sorted(core.__all__)

@@ -193,7 +193,7 @@ def report() -> Dict[str, Any]:
             "python": sys.version.split()[0],
             "cuda": torch.cuda.is_available(),
             "path": core.mode(relu.ReLU),
-            "legacy_forced": core.env_forces_legacy(),
+            "legacy_forced": core._env_forces_legacy(),
             "custom_op": library.TIER,
             "features": features,
             "feature_notes": feature_notes(features),
@@ -241,7 +241,7 @@ def feature_notes(features: Dict[str, Any]) -> Dict[str, str]:
     compile_ = features.get("compile")
     notes = {
         "compile": COMPILE_NOTES.get(str(compile_))
-        or core.dynamo_unsupported()
+        or core._dynamo_unsupported()
         or "torch.compile needs torch >= 2.0",
     }
     export = tuple(features.get("export", ()))

@@ -18,12 +18,12 @@ from typing import Any, Callable, Dict, Tuple, Union
 import torch
 
 from compatfn.core import (
-    COMPILES_SETUP_CONTEXT,
-    HAS_CPU_AUTOCAST,
-    HAS_DEVICE_GENERIC_AMP,
-    HAS_SETUP_CONTEXT,
-    HAS_TORCH_FUNC,
-    dynamo_unsupported,
+    _COMPILES_SETUP_CONTEXT,
+    _HAS_CPU_AUTOCAST,
+    _HAS_DEVICE_GENERIC_AMP,
+    _HAS_SETUP_CONTEXT,
+    _HAS_TORCH_FUNC,
+    _dynamo_unsupported,
 )
 
 __all__ = ["features"]
@@ -111,9 +111,9 @@ def _probe_forward_ad() -> bool:
 
 def _compile_support() -> str:
     """``"native"``, ``"functional"`` or ``"unavailable"``: see ``features()``."""
-    if dynamo_unsupported() is not None:
+    if _dynamo_unsupported() is not None:
         return "unavailable"
-    return "native" if COMPILES_SETUP_CONTEXT else "functional"
+    return "native" if _COMPILES_SETUP_CONTEXT else "functional"
 
 
 def _export_modes() -> Tuple[str, ...]:
@@ -144,13 +144,13 @@ def features() -> Dict[str, Any]:
     """
     return {
         "torch": str(torch.__version__),
-        "setup_context": HAS_SETUP_CONTEXT,
+        "setup_context": _HAS_SETUP_CONTEXT,
         "apply_kwargs": _probe(_probe_kwargs),
-        "default_binding": HAS_SETUP_CONTEXT and _probe(_probe_defaults),
+        "default_binding": _HAS_SETUP_CONTEXT and _probe(_probe_defaults),
         "forward_ad": _probe(_probe_forward_ad),
-        "torch_func": HAS_TORCH_FUNC,
+        "torch_func": _HAS_TORCH_FUNC,
         "compile": _compile_support(),
         "export": _export_modes(),
-        "amp_device_generic": HAS_DEVICE_GENERIC_AMP,
-        "cpu_autocast": HAS_CPU_AUTOCAST,
+        "amp_device_generic": _HAS_DEVICE_GENERIC_AMP,
+        "cpu_autocast": _HAS_CPU_AUTOCAST,
     }

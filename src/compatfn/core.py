@@ -46,7 +46,7 @@ what torch 1.x understands, and what dynamo and torch.export handle on every tor
 the class has the legacy form, so torch, dynamo and torch.export see a legacy Function, and a
 setup_context-style copy runs under torch.func (See NOTE: [the class takes the legacy form]).
 "bound": ``apply`` binds keywords and defaults itself with a signature cached at decoration,
-skipping torch's per-call ``inspect.signature(forward).bind`` (``C_APPLY_BINDS_DEFAULTS``; see
+skipping torch's per-call ``inspect.signature(forward).bind`` (``_C_APPLY_BINDS_DEFAULTS``; see
 ``_Binder``). "dynamo traces": the class dynamo sees for a direct ``Fn.apply(...)`` in compiled
 code, ``functional(Fn)`` and ``torch.compile(Fn.apply)``. Backward is wrapped to pad missing
 gradients (See NOTE: [gradient padding]); decoration keeps what it replaced on the class, so
@@ -82,12 +82,12 @@ _F = TypeVar("_F", bound=type)
 
 #: ``COMPATFN_LEGACY=1`` forces the legacy adapter on every class decorated while it is set. Every
 #: copy of this module (the package's and each vendored one) reads the same variable.
-LEGACY_ENV = "COMPATFN_LEGACY"
+_LEGACY_ENV = "COMPATFN_LEGACY"
 _ENV_TRUE = ("1", "true", "yes", "on")
 _ENV_FALSE = ("", "0", "false", "no", "off")
 
 
-def env_forces_legacy() -> bool:
+def _env_forces_legacy() -> bool:
     """Whether ``COMPATFN_LEGACY`` asks for the legacy path (read at each decoration).
 
     ``1``/``true``/``yes``/``on`` force it and ``0``/``false``/``no``/``off`` or empty do not, in
@@ -96,18 +96,18 @@ def env_forces_legacy() -> bool:
     Example::
 
         os.environ["COMPATFN_LEGACY"] = " Yes "
-        assert env_forces_legacy()
+        assert _env_forces_legacy()
     """
-    raw = os.environ.get(LEGACY_ENV, "")
+    raw = os.environ.get(_LEGACY_ENV, "")
     value = raw.strip().lower()
     if value in _ENV_TRUE:
         return True
     if value in _ENV_FALSE:
         return False
     raise ValueError(
-        f"{LEGACY_ENV}={raw!r} is not understood: set it to one of {', '.join(_ENV_TRUE)} to force "
-        f"the legacy path, or to one of {', '.join(_ENV_FALSE[1:])} (or leave it empty or unset) "
-        "not to."
+        f"{_LEGACY_ENV}={raw!r} is not understood: set it to one of {', '.join(_ENV_TRUE)} to "
+        f"force the legacy path, or to one of {', '.join(_ENV_FALSE[1:])} (or leave it empty or "
+        "unset) not to."
     )
 
 
@@ -117,7 +117,7 @@ _MISSING: Any = object()
 
 # === torch facts =============================================================================
 # Every fact about the running torch that this module's behaviour depends on, detected at import.
-# This block is the only code that reads TORCH_VERSION; the rest of the module (and every module
+# This block is the only code that reads _TORCH_VERSION; the rest of the module (and every module
 # built on it) reads the names below. Each version-based flag gives the upstream issue
 # or PR on a line of its own, in one greppable form:
 #     # Upstream: https://github.com/pytorch/pytorch/...
@@ -133,26 +133,26 @@ def _parse_version(version: str) -> Tuple[int, int]:
 
 
 #: ``(major, minor)`` of the running torch, e.g. ``(2, 15)``. Read only by the flags of this block.
-TORCH_VERSION = _parse_version(torch.__version__)
+_TORCH_VERSION = _parse_version(torch.__version__)
 
 # --- autograd.Function API (feature-detected) ---
 
 #: torch >= 2.0: ``setup_context`` exists; torch runs forward without ctx when a class defines it.
 # Upstream: https://github.com/pytorch/pytorch/pull/89859
-HAS_SETUP_CONTEXT = hasattr(_Function, "setup_context")
+_HAS_SETUP_CONTEXT = hasattr(_Function, "setup_context")
 _BASE_SETUP_CONTEXT = inspect.getattr_static(_Function, "setup_context", None)
 
 #: torch >= 1.9: ``vjp`` is an alias of ``backward`` (torch 1.8 knows only ``backward``).
-HAS_VJP_ALIAS = hasattr(_Function, "vjp")
+_HAS_VJP_ALIAS = hasattr(_Function, "vjp")
 
 #: torch >= 1.11: ``ctx.save_for_forward`` (forward-mode AD reads saved tensors in ``jvp``).
-CTX_HAS_SAVE_FOR_FORWARD = hasattr(torch.autograd.function.BackwardCFunction, "save_for_forward")
+_CTX_HAS_SAVE_FOR_FORWARD = hasattr(torch.autograd.function.BackwardCFunction, "save_for_forward")
 
 #: torch >= 1.13: functorch ships in torch; its transforms reject every autograd.Function on 1.13.
-HAS_FUNCTORCH = hasattr(torch._C, "_are_functorch_transforms_active")
+_HAS_FUNCTORCH = hasattr(torch._C, "_are_functorch_transforms_active")
 
 #: torch >= 2.0: ``torch.func`` transforms run autograd.Functions (``generate_vmap_rule``/``vmap``).
-HAS_TORCH_FUNC = importlib.util.find_spec("torch.func") is not None and hasattr(
+_HAS_TORCH_FUNC = importlib.util.find_spec("torch.func") is not None and hasattr(
     _Function, "generate_vmap_rule"
 )
 
@@ -165,13 +165,13 @@ _TORCH_APPLY = inspect.getattr_static(_Function, "apply")
 #: torch >= 2.15: the C-level apply binds defaults itself, calling ``inspect.signature(forward)
 #: .bind`` on every setup_context-style call (2.2-2.14 did it in the Python apply).
 # Upstream: https://github.com/pytorch/pytorch/pull/190694
-C_APPLY_BINDS_DEFAULTS = HAS_SETUP_CONTEXT and _TORCH_APPLY is _C_APPLY
+_C_APPLY_BINDS_DEFAULTS = _HAS_SETUP_CONTEXT and _TORCH_APPLY is _C_APPLY
 
 #: torch >= 2.2: ``inputs`` holds forward's defaults and torch then expects one gradient per
 #: parameter, defaulted ones included (2.0-2.1 passed only the arguments given). See NOTE:
 #: [gradient padding].
 # Upstream: https://github.com/pytorch/pytorch/pull/108561
-APPLY_FILLS_DEFAULTS = HAS_SETUP_CONTEXT and TORCH_VERSION >= (2, 2)
+_APPLY_FILLS_DEFAULTS = _HAS_SETUP_CONTEXT and _TORCH_VERSION >= (2, 2)
 
 # --- torch.compile / dynamo ---
 
@@ -179,21 +179,21 @@ APPLY_FILLS_DEFAULTS = HAS_SETUP_CONTEXT and TORCH_VERSION >= (2, 2)
 #: custom setup_context method") when an input requires grad; the legacy form compiles
 #: (measured on 2.1, 2.2, 2.3; 2.4-2.15 compile). See NOTE: [the class takes the legacy form].
 # Upstream: https://github.com/pytorch/pytorch/issues/118397
-DYNAMO_REJECTS_SETUP_CONTEXT = HAS_SETUP_CONTEXT and TORCH_VERSION < (2, 4)
+_DYNAMO_REJECTS_SETUP_CONTEXT = _HAS_SETUP_CONTEXT and _TORCH_VERSION < (2, 4)
 
 #: torch 2.0-2.5: when no input requires grad, dynamo (torch.compile, strict torch.export) calls
 #: a setup_context-style forward with a ctx ("ArgsMismatchError: too many positional
 #: arguments"; measured on 2.1-2.5, fixed in 2.6).
 # Upstream: https://github.com/pytorch/pytorch/issues/133529
 # Upstream: https://github.com/pytorch/pytorch/pull/137809
-DYNAMO_PASSES_CTX_WITHOUT_GRAD = HAS_SETUP_CONTEXT and TORCH_VERSION < (2, 6)
+_DYNAMO_PASSES_CTX_WITHOUT_GRAD = _HAS_SETUP_CONTEXT and _TORCH_VERSION < (2, 6)
 
 #: torch 2.6-2.12: the same with keyword arguments (``Fn.apply(x, clip=0.5)``: "multiple values
 #: for argument 'clip'"): 2.6's fix drops the ctx only when the positional arguments alone fill
 #: forward. Measured: 2.6, 2.7, 2.9, 2.10, 2.11 and 2.12 fail, 2.13-2.15 compile; a hand-written
 #: Function compiles (tests/test_compile_facts.py measures every fact on each row).
 # Upstream: https://github.com/pytorch/pytorch/pull/137809
-DYNAMO_PASSES_CTX_WITH_KEYWORDS = HAS_SETUP_CONTEXT and (2, 6) <= TORCH_VERSION < (2, 13)
+_DYNAMO_PASSES_CTX_WITH_KEYWORDS = _HAS_SETUP_CONTEXT and (2, 6) <= _TORCH_VERSION < (2, 13)
 
 #: torch >= 2.0 (every release to date): dynamo builds a setup_context-style Function's
 #: ``inputs`` from the arguments as given, without forward's defaults, so a direct
@@ -203,33 +203,33 @@ DYNAMO_PASSES_CTX_WITH_KEYWORDS = HAS_SETUP_CONTEXT and (2, 6) <= TORCH_VERSION 
 #: forward has defaults are concerned: they take the legacy form. See NOTE: [the class takes the
 #: legacy form].
 # Upstream: https://github.com/pytorch/pytorch/issues/130051
-DYNAMO_OMITS_DEFAULTS = HAS_SETUP_CONTEXT
+_DYNAMO_OMITS_DEFAULTS = _HAS_SETUP_CONTEXT
 
 #: Where dynamo (and strict torch.export, which traces with it) mishandles a direct
 #: ``Fn.apply(...)`` of any setup_context-style class that it handles for a hand-written legacy
 #: one, a decorated class itself takes the legacy form (mode "dual"); where it mishandles only
-#: defaults (``DYNAMO_OMITS_DEFAULTS``), a class whose forward has defaults does. See NOTE: [the
+#: defaults (``_DYNAMO_OMITS_DEFAULTS``), a class whose forward has defaults does. See NOTE: [the
 #: class takes the legacy form].
-CLASS_TAKES_LEGACY_FORM = (
-    DYNAMO_REJECTS_SETUP_CONTEXT
-    or DYNAMO_PASSES_CTX_WITHOUT_GRAD
-    or DYNAMO_PASSES_CTX_WITH_KEYWORDS
+_CLASS_TAKES_LEGACY_FORM = (
+    _DYNAMO_REJECTS_SETUP_CONTEXT
+    or _DYNAMO_PASSES_CTX_WITHOUT_GRAD
+    or _DYNAMO_PASSES_CTX_WITH_KEYWORDS
 )
 
 #: torch >= 2.4: dynamo traces a direct ``Fn.apply(...)`` of a setup_context-style class written
 #: without this adapter (when an input requires grad).
-COMPILES_SETUP_CONTEXT = HAS_SETUP_CONTEXT and not DYNAMO_REJECTS_SETUP_CONTEXT
+_COMPILES_SETUP_CONTEXT = _HAS_SETUP_CONTEXT and not _DYNAMO_REJECTS_SETUP_CONTEXT
 
 #: torch 2.1-2.3: dynamo cannot read ``ctx.needs_input_grad`` while tracing backward.
 # Upstream: https://github.com/pytorch/pytorch/issues/119059
 # Upstream: https://github.com/pytorch/pytorch/pull/123700
-DYNAMO_CANNOT_READ_NEEDS_INPUT_GRAD = HAS_SETUP_CONTEXT and TORCH_VERSION < (2, 4)
+_DYNAMO_CANNOT_READ_NEEDS_INPUT_GRAD = _HAS_SETUP_CONTEXT and _TORCH_VERSION < (2, 4)
 
 #: torch 2.3.x: the first torch.func transform of a Function in a process imports torch._dynamo
 #: lazily, under the transform, and that import draws random numbers, which vmap refuses.
 #: ``prepare_torch_func()`` imports it beforehand.
 # Upstream: https://github.com/pytorch/pytorch/issues/128607
-FUNC_NEEDS_DYNAMO_IMPORTED = TORCH_VERSION == (2, 3)
+_FUNC_NEEDS_DYNAMO_IMPORTED = _TORCH_VERSION == (2, 3)
 
 # --- TorchScript ---
 
@@ -241,12 +241,12 @@ _JIT_MODIFIERS: Any = getattr(sys.modules.get("torch._jit_internal"), "FunctionM
 # --- automatic mixed precision ---
 
 #: torch >= 2.4: ``torch.amp.custom_fwd/custom_bwd`` and ``torch.get_autocast_dtype(device)``.
-HAS_DEVICE_GENERIC_AMP = hasattr(getattr(torch, "amp", None), "custom_fwd") and hasattr(
+_HAS_DEVICE_GENERIC_AMP = hasattr(getattr(torch, "amp", None), "custom_fwd") and hasattr(
     torch, "get_autocast_dtype"
 )
 #: torch >= 1.10: ``torch.autocast`` with a dtype choice, and CPU autocast.
-HAS_TORCH_AUTOCAST = hasattr(torch, "autocast")
-HAS_CPU_AUTOCAST = hasattr(torch, "is_autocast_cpu_enabled")
+_HAS_TORCH_AUTOCAST = hasattr(torch, "autocast")
+_HAS_CPU_AUTOCAST = hasattr(torch, "is_autocast_cpu_enabled")
 
 # --- run-time state (cheap calls, no decisions) ---
 
@@ -257,48 +257,48 @@ def _never() -> bool:
 
 
 #: Whether torch.func transforms are active (always False before torch 1.13).
-transforms_active: Callable[[], bool] = getattr(
+_transforms_active: Callable[[], bool] = getattr(
     torch._C, "_are_functorch_transforms_active", _never
 )
 
 #: Whether dynamo traces or non-strict torch.export runs this code (torch >= 2.3:
 #: ``torch.compiler.is_compiling``; 2.0-2.2: ``torch._utils.is_compiling``; False before).
-is_compiling: Callable[[], bool] = getattr(
+_is_compiling: Callable[[], bool] = getattr(
     getattr(torch, "compiler", None),
     "is_compiling",
     getattr(getattr(torch, "_utils", None), "is_compiling", _never),
 )
-#: torch >= 2.0: ``is_compiling`` can be True (before, it is ``_never``: nothing compiles).
-HAS_IS_COMPILING = is_compiling is not _never
+#: torch >= 2.0: ``_is_compiling`` can be True (before, it is ``_never``: nothing compiles).
+_HAS_IS_COMPILING = _is_compiling is not _never
 
 #: Whether dynamo traces this code (torch >= 2.3 ``torch.compiler.is_dynamo_compiling``; before,
-#: ``is_compiling``). False while non-strict torch.export runs the module's Python code for real.
-dynamo_tracing: Callable[[], bool] = getattr(
-    getattr(torch, "compiler", None), "is_dynamo_compiling", is_compiling
+#: ``_is_compiling``). False while non-strict torch.export runs the module's Python code for real.
+_dynamo_tracing: Callable[[], bool] = getattr(
+    getattr(torch, "compiler", None), "is_dynamo_compiling", _is_compiling
 )
 
 
-def prepare_torch_func() -> None:
+def _prepare_torch_func() -> None:
     """Do what this torch needs before a first torch.func transform (import torch._dynamo on
-    torch 2.3.x, see ``FUNC_NEEDS_DYNAMO_IMPORTED``); nothing elsewhere.
+    torch 2.3.x, see ``_FUNC_NEEDS_DYNAMO_IMPORTED``); nothing elsewhere.
 
     Example::
 
         prepare_torch_func()
         torch.func.vmap(fn)(x)
     """
-    if FUNC_NEEDS_DYNAMO_IMPORTED:
+    if _FUNC_NEEDS_DYNAMO_IMPORTED:
         importlib.import_module("torch._dynamo")
 
 
 @functools.lru_cache(maxsize=None)
-def dynamo_unsupported() -> Optional[str]:
+def _dynamo_unsupported() -> Optional[str]:
     """``None`` where torch.compile can run here, else why not (no torch.compile before 2.0;
     dynamo needs a Python this torch supports). Imports torch._dynamo at the first call.
 
     Example::
 
-        if dynamo_unsupported() is None:
+        if _dynamo_unsupported() is None:
             torch.compile(fn, fullgraph=True)
     """
     if not hasattr(torch, "compile"):
@@ -323,7 +323,7 @@ def dynamo_unsupported() -> Optional[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def non_tensor_outputs() -> bool:
+def _non_tensor_outputs() -> bool:
     """Whether forward may return non-tensors (torch >= 1.9; 1.8 raises "expected Tensor or tuple
     of Tensor"). Probed once, at the first call. See NOTE: [non-tensor outputs on torch 1.8].
 
@@ -351,9 +351,9 @@ def non_tensor_outputs() -> bool:
 # NOTE: [the class takes the legacy form]
 # Dynamo intercepts a direct ``Fn.apply(...)`` in compiled code (and strict torch.export traces
 # with dynamo) before any code of this module runs, so the class itself must be a form this
-# dynamo handles. Where it mishandles setup_context-style Functions (CLASS_TAKES_LEGACY_FORM:
+# dynamo handles. Where it mishandles setup_context-style Functions (_CLASS_TAKES_LEGACY_FORM:
 # torch 2.0-2.12, for the reasons the flags above it name; and on every 2.x for a forward with
-# defaults, DYNAMO_OMITS_DEFAULTS), a decorated class takes the legacy form
+# defaults, _DYNAMO_OMITS_DEFAULTS), a decorated class takes the legacy form
 # ``forward(ctx, ...)`` (mode "dual"), as ``intermediates=`` classes do on every torch:
 # torch, dynamo and torch.export then see a legacy Function, which they handle as they handle a
 # hand-written one. torch.func needs the setup_context style: under its transforms ``apply``
@@ -549,7 +549,7 @@ def _given_back(cls: type, name: str, value: Any) -> bool:
     return False
 
 
-def defines(cls: type, name: str) -> bool:
+def _defines(cls: type, name: str) -> bool:
     """True when the user's code between ``cls`` and torch's own classes defines ``name``.
 
     Methods that decoration installed do not count; those the user wrote before it do.
@@ -667,8 +667,8 @@ class _Decoration:
         """
         if self.legacy_path:
             return False
-        defaults = DYNAMO_OMITS_DEFAULTS and self.binder.has_defaults
-        return self.intermediates > 0 or CLASS_TAKES_LEGACY_FORM or defaults
+        defaults = _DYNAMO_OMITS_DEFAULTS and self.binder.has_defaults
+        return self.intermediates > 0 or _CLASS_TAKES_LEGACY_FORM or defaults
 
     @property
     def in_legacy_form(self) -> bool:
@@ -689,11 +689,11 @@ def _record(cls: Any) -> _Decoration:
 
 # NOTE: [gradient padding]
 # ``inputs`` always holds every parameter of forward, defaults included, and torch expects one
-# gradient per input: since torch 2.2 (APPLY_FILLS_DEFAULTS) it counts the defaulted ones too,
+# gradient per input: since torch 2.2 (_APPLY_FILLS_DEFAULTS) it counts the defaulted ones too,
 # so a backward returning one gradient for ``forward(x, clip=1.0)`` fails there and not on 2.0.
 # The adapter behaves the same on every torch: it pads missing trailing gradients with None, or
 # raises naming the parameter when that input requires grad. Dynamo cannot read
-# ``ctx.needs_input_grad`` on torch 2.1-2.3 (DYNAMO_CANNOT_READ_NEEDS_INPUT_GRAD), so a backward
+# ``ctx.needs_input_grad`` on torch 2.1-2.3 (_DYNAMO_CANNOT_READ_NEEDS_INPUT_GRAD), so a backward
 # traced by dynamo pads without the check.
 
 
@@ -727,7 +727,7 @@ def _complete_gradients(cls: type, backward: Callable, binder: _Binder, expand: 
             return result
         if not isinstance(result, tuple):  # torch accepts a bare gradient for one input
             result = (result,)
-        if not is_compiling():
+        if not _is_compiling():
             needs = ctx.needs_input_grad
             for i in range(count, total):
                 if needs[i]:
@@ -973,7 +973,7 @@ def _accept_save_for_forward(cls: type) -> None:
         self._saved_for_forward_needs_torch_1_11 = True
 
     backward_cls.save_for_forward = save_for_forward
-    if not defines(cls, "jvp"):
+    if not _defines(cls, "jvp"):
         return
     user_jvp, name = cls.jvp, cls.__qualname__  # type: ignore[attr-defined]
 
@@ -1043,7 +1043,7 @@ def _flattened_copy(cls: type, namespace: Dict[str, Any], suffix: str) -> type:
 def _legacy_copy(cls: type, forward: Callable, setup_context: Callable) -> type:
     """The legacy-form copy of a native class, run for eager calls: torch's apply binds a
     setup_context-style class with ``inspect.signature`` on every call (in Python on 2.2-2.14, in
-    C from 2.15, ``C_APPLY_BINDS_DEFAULTS``), never a legacy-form one."""
+    C from 2.15, ``_C_APPLY_BINDS_DEFAULTS``), never a legacy-form one."""
     return _flattened_copy(cls, _legacy_form(forward, setup_context), "legacy")
 
 
@@ -1116,7 +1116,7 @@ def _func_copy(cls: type, forward: Callable, setup_context: Callable, backward: 
     k = _record(cls).intermediates
     if not k:
         methods = {"forward": forward, "setup_context": setup_context, "backward": backward}
-        if HAS_VJP_ALIAS:
+        if _HAS_VJP_ALIAS:
             methods["vjp"] = backward
         return _flattened_copy(cls, {n: staticmethod(m) for n, m in methods.items()}, "torch.func")
 
@@ -1128,9 +1128,9 @@ def _func_copy(cls: type, forward: Callable, setup_context: Callable, backward: 
         "setup_context": staticmethod(_checked_marking_output(cls, setup_context, k)),
         "backward": staticmethod(drop_intermediate_gradients),
     }
-    if HAS_VJP_ALIAS:
+    if _HAS_VJP_ALIAS:
         namespace["vjp"] = namespace["backward"]
-    if defines(cls, "jvp"):
+    if _defines(cls, "jvp"):
         user_jvp = cls.jvp  # type: ignore[attr-defined]
 
         def jvp_with_intermediates(ctx: Any, *tangents: Any) -> Any:
@@ -1225,7 +1225,7 @@ def _apply_refusing_transforms(
     def apply(*args: Any, **kwargs: Any) -> Any:
         if kwargs or not low <= len(args) <= high:
             args = bind(args, kwargs)
-        if transforms_active():
+        if _transforms_active():
             raise RuntimeError(refusal)
         return run(*args)
 
@@ -1261,13 +1261,13 @@ def _apply_native(binder: _Binder, run: Callable, under_transforms: Callable, cl
     low, high = _arity(binder)
 
     def apply(*args: Any, **kwargs: Any) -> Any:
-        if dynamo_tracing():  # a constant while dynamo traces; the code below is not traceable
+        if _dynamo_tracing():  # a constant while dynamo traces; the code below is not traceable
             if kwargs or not low <= len(args) <= high:
                 args = bind_traceable(args, kwargs)
             return cls.apply(*args)
         if kwargs or not low <= len(args) <= high:
             args = bind(args, kwargs)
-        if transforms_active():
+        if _transforms_active():
             return under_transforms(*args)
         return run(*args)
 
@@ -1283,7 +1283,7 @@ def _raiser(message: str) -> Callable:
 
 def _forced_legacy_refusal(name: str) -> str:
     return (
-        f"{name} runs on the legacy path (forced by legacy=True or {LEGACY_ENV}), which "
+        f"{name} runs on the legacy path (forced by legacy=True or {_LEGACY_ENV}), which "
         "torch.func transforms do not support. Do not force the legacy path for classes used "
         "under torch.func."
     )
@@ -1313,10 +1313,10 @@ def _build_apply(cls: Any, record: _Decoration) -> Callable:
     name, binder = cls.__qualname__, record.binder
     low, high = _arity(binder)
     torch_apply = _TORCH_APPLY.__get__(None, cls)
-    if not HAS_SETUP_CONTEXT:  # torch 1.x: the class has the legacy form
-        if not record.written_legacy and not non_tensor_outputs():  # torch 1.8
+    if not _HAS_SETUP_CONTEXT:  # torch 1.x: the class has the legacy form
+        if not record.written_legacy and not _non_tensor_outputs():  # torch 1.8
             return _apply_reassembling(binder.bind, torch_apply, low, high)
-        if not record.written_legacy and HAS_FUNCTORCH:  # torch 1.13
+        if not record.written_legacy and _HAS_FUNCTORCH:  # torch 1.13
             return _apply_refusing_transforms(
                 binder.bind, torch_apply, low, high, _functorch_refusal(name)
             )
@@ -1328,7 +1328,7 @@ def _build_apply(cls: Any, record: _Decoration) -> Callable:
         refuse = not record.written_legacy
         under = _raiser(_forced_legacy_refusal(name)) if refuse else torch_apply
         return _apply_native(binder, torch_apply, under, cls)
-    prepare_torch_func()
+    _prepare_torch_func()
     # Eager calls run torch's own apply on a class in the legacy form (see NOTE: [the frames of
     # a call]), for which torch never binds with inspect: the class itself where it has that
     # form, else its legacy-form copy (torch.func and torch.compile use the class itself).
@@ -1565,8 +1565,8 @@ def _checked_intermediates(cls: Any, intermediates: Optional[int], written_legac
 
 def _decide_path(written_legacy: bool, legacy: Optional[bool]) -> Tuple[bool, bool]:
     """(whether the class takes the legacy path, whether that was forced)."""
-    forced = bool(legacy) or (legacy is None and env_forces_legacy())
-    return written_legacy or forced or not HAS_SETUP_CONTEXT, forced
+    forced = bool(legacy) or (legacy is None and _env_forces_legacy())
+    return written_legacy or forced or not _HAS_SETUP_CONTEXT, forced
 
 
 def _set(cls: Any, record: _Decoration, name: str, value: Any) -> None:
@@ -1585,10 +1585,10 @@ def _restate_user_methods(cls: Any, record: _Decoration, user: Dict[str, Any]) -
 def _transform_setup_context_class(cls: Any, record: _Decoration, forward: Callable) -> None:
     """Complete backward's gradients; give the class (legacy path, dual) or a copy the legacy
     form; build the torch.func copy of a dual class."""
-    user_name = "backward" if defines(cls, "backward") else "vjp"
-    expand = record.in_legacy_form and not non_tensor_outputs()  # torch 1.8
+    user_name = "backward" if _defines(cls, "backward") else "vjp"
+    expand = record.in_legacy_form and not _non_tensor_outputs()  # torch 1.8
     backward = _complete_gradients(cls, getattr(cls, user_name), record.binder, expand)
-    target = user_name if HAS_VJP_ALIAS else "backward"  # torch 1.8: no vjp alias
+    target = user_name if _HAS_VJP_ALIAS else "backward"  # torch 1.8: no vjp alias
     if backward is not getattr(cls, target):
         _set(cls, record, target, staticmethod(backward))
     setup_context = _autocast_setup_context(cls, record, forward)
@@ -1596,7 +1596,7 @@ def _transform_setup_context_class(cls: Any, record: _Decoration, forward: Calla
         record.legacy_copy = _legacy_copy(cls, forward, setup_context)
         return
     k = record.intermediates
-    if record.dual and HAS_TORCH_FUNC:
+    if record.dual and _HAS_TORCH_FUNC:
         record.func_copy = _func_copy(cls, forward, setup_context, backward)
     if record.dual and not k:
         record.native_methods = {
@@ -1607,7 +1607,7 @@ def _transform_setup_context_class(cls: Any, record: _Decoration, forward: Calla
     checked = (k, _intermediates_error(cls, k)) if k else None
     for key, value in _legacy_form(forward, setup_context, finish, checked).items():
         _set(cls, record, key, value)
-    if not CTX_HAS_SAVE_FOR_FORWARD:
+    if not _CTX_HAS_SAVE_FOR_FORWARD:
         record.originals.setdefault("jvp", cls.__dict__.get("jvp", _MISSING))
         _accept_save_for_forward(cls)
 
@@ -1710,7 +1710,7 @@ def functional(cls: Any) -> Callable[..., Any]:
 
     @functools.wraps(forward)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if dynamo_tracing():  # a constant while dynamo traces
+        if _dynamo_tracing():  # a constant while dynamo traces
             # Dynamo intercepts ``cls.apply`` and takes no keywords there: bind them here.
             return cls.apply(*bind(args, kwargs))
         return apply(*args, **kwargs)
@@ -1733,14 +1733,14 @@ def functional(cls: Any) -> Callable[..., Any]:
 
 def _autocast_api(device_type: str) -> Tuple[Callable, Callable, Callable]:
     """(is_enabled(), dtype(), autocast(enabled, dtype)) for ``device_type`` on this torch."""
-    if HAS_DEVICE_GENERIC_AMP:  # device-generic autocast queries
+    if _HAS_DEVICE_GENERIC_AMP:  # device-generic autocast queries
         return (
             functools.partial(torch.is_autocast_enabled, device_type),
             functools.partial(torch.get_autocast_dtype, device_type),
             lambda enabled, dtype: torch.autocast(device_type, enabled=enabled, dtype=dtype),
         )
     if device_type == "cuda":
-        if HAS_TORCH_AUTOCAST:  # dtype choice (bfloat16 too)
+        if _HAS_TORCH_AUTOCAST:  # dtype choice (bfloat16 too)
             return (
                 torch.is_autocast_enabled,
                 torch.get_autocast_gpu_dtype,
@@ -1751,7 +1751,7 @@ def _autocast_api(device_type: str) -> Tuple[Callable, Callable, Callable]:
             lambda: torch.float16,
             lambda enabled, dtype: torch.cuda.amp.autocast(enabled=enabled),
         )
-    if device_type == "cpu" and HAS_CPU_AUTOCAST:
+    if device_type == "cpu" and _HAS_CPU_AUTOCAST:
         return (
             torch.is_autocast_cpu_enabled,
             torch.get_autocast_cpu_dtype,
@@ -1797,7 +1797,7 @@ _FunctionCtx: type = (
 
 def _autocast_ctx_forward(fwd: Callable, device_type: str, cast_inputs: Any) -> Callable:
     """custom_fwd for ``forward(ctx, *args)``: torch's own where it has one for the device."""
-    if HAS_DEVICE_GENERIC_AMP:
+    if _HAS_DEVICE_GENERIC_AMP:
         return torch.amp.custom_fwd(fwd, device_type=device_type, cast_inputs=cast_inputs)
     if device_type == "cuda":  # torch < 2.4 (no deprecation warning there)
         return torch.cuda.amp.custom_fwd(fwd, cast_inputs=cast_inputs)
@@ -1898,7 +1898,7 @@ def custom_bwd(bwd: Optional[Callable] = None, *, device_type: str) -> Any:
     if bwd is None:
         return functools.partial(custom_bwd, device_type=device_type)
     _, _, autocast = _autocast_api(device_type)
-    if HAS_DEVICE_GENERIC_AMP:
+    if _HAS_DEVICE_GENERIC_AMP:
         wrapped = torch.amp.custom_bwd(bwd, device_type=device_type)
     elif device_type == "cuda":
         wrapped = torch.cuda.amp.custom_bwd(bwd)

@@ -16,12 +16,12 @@ import torch
 
 from compatfn.core import _C_APPLY as _CORE_C_APPLY
 from compatfn.core import (
-    HAS_FUNCTORCH,
-    HAS_IS_COMPILING,
-    HAS_TORCH_AUTOCAST,
-    TORCH_VERSION,
-    is_compiling,
-    transforms_active,
+    _HAS_FUNCTORCH,
+    _HAS_IS_COMPILING,
+    _HAS_TORCH_AUTOCAST,
+    _TORCH_VERSION,
+    _is_compiling,
+    _transforms_active,
 )
 
 __all__ = [
@@ -61,7 +61,7 @@ HAS_LIBRARY = (
 #: gradient backward returns for it ("Expected the return from backward to be of the same
 #: structure as the inputs"; measured on 2.4.1 and in every row 2.4-2.13, fixed in 2.14).
 # Upstream: https://github.com/pytorch/pytorch/pull/185132
-CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS = (2, 4) <= TORCH_VERSION < (2, 14)
+CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS = (2, 4) <= _TORCH_VERSION < (2, 14)
 
 #: Which implementation ``compatfn.custom_op`` uses on the running torch (package docstring).
 TIER = "torch" if HAS_TORCH_CUSTOM_OP else ("registered" if HAS_LIBRARY else "function")
@@ -87,8 +87,8 @@ HAS_TAGS = hasattr(torch, "Tag")
 RESERVED_NAMESPACES = tuple(getattr(_library, "_reserved_namespaces", ("prim",)))
 
 #: ``torch.autocast(device_type)`` (torch >= 1.10; torch 1.8 has only ``torch.cuda.amp.autocast``):
-#: core's ``HAS_TORCH_AUTOCAST``, under the name this package reads.
-HAS_DEVICE_AUTOCAST = HAS_TORCH_AUTOCAST
+#: core's ``_HAS_TORCH_AUTOCAST``, under the name this package reads.
+HAS_DEVICE_AUTOCAST = _HAS_TORCH_AUTOCAST
 
 #: ``torch.autograd.graph.increment_version`` (torch >= 2.1): bump the version counter of an
 #: argument a kernel mutated outside torch (NumPy), as torch >= 2.4 does for declared mutations.
@@ -234,9 +234,9 @@ dispatch_mode_count: Callable[[], int] = getattr(
 DISPATCHER_PROBES: Tuple[Callable[[], Any], ...] = tuple(
     probe
     for probe, present in (
-        (is_compiling, HAS_IS_COMPILING),
+        (_is_compiling, _HAS_IS_COMPILING),
         (dispatch_mode_count, True),
-        (transforms_active, HAS_FUNCTORCH),
+        (_transforms_active, _HAS_FUNCTORCH),
         (is_tracing, True),
     )
     if present

@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from compatfn.core import dynamo_unsupported
+from compatfn.core import _dynamo_unsupported
 from compatfn.library._custom_ops import CustomOp
 from compatfn.library._facts import HAS_META_DEVICE, HAS_TORCH_OPCHECK, has_auto_functionalize
 from compatfn.library._utils import tensors_in
@@ -190,7 +190,7 @@ def _check_faketensor(op: CustomOp, args: tuple, kwargs: dict) -> Optional[str]:
 def _check_aot_dispatch_dynamic(op: CustomOp, args: tuple, kwargs: dict) -> Optional[str]:
     if op._opoverload is None:
         return "the op is not registered with the dispatcher on this torch (no torch.compile)"
-    why = dynamo_unsupported()
+    why = _dynamo_unsupported()
     if why:
         return why
     if op._mutated and not has_auto_functionalize():

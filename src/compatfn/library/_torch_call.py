@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from compatfn.core import dynamo_tracing, transforms_active
+from compatfn.core import _dynamo_tracing, _transforms_active
 from compatfn.library._convert import MISSING, given_arguments
 from compatfn.library._facts import (
     AUTOGRAD_KERNEL_ALWAYS_APPLIES,
@@ -155,9 +155,9 @@ def _probes(opdef: Any, g: Dict[str, Any]) -> List[str]:
     names they use), dynamo first (a constant True while it traces; non-strict torch.export runs
     the code under dispatch modes)."""
     probes = [
-        dynamo_tracing,
+        _dynamo_tracing,
         dispatch_mode_count,
-        transforms_active,
+        _transforms_active,
         torch_function_mode_enabled,
         is_tracing,
     ]

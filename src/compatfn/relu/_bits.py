@@ -15,13 +15,13 @@ from typing import Callable
 
 import torch
 
-from compatfn.core import TORCH_VERSION, is_compiling
+from compatfn.core import _TORCH_VERSION, _is_compiling
 
 __all__ = ["pack_nonzero", "unpack_keep"]
 
 #: torch 2.1-2.2: AOTAutograd re-traces a Function's backward with make_fx outside dynamo, so
 #: backward code must be traceable by make_fx too (measured; torch 2.3 traces it within dynamo).
-BACKWARD_RETRACED_BY_MAKE_FX = (2, 1) <= TORCH_VERSION < (2, 3)
+BACKWARD_RETRACED_BY_MAKE_FX = (2, 1) <= _TORCH_VERSION < (2, 3)
 
 # Bit packing. Fast path: word-wide multiply on int64 views (needs Tensor.view(dtype) across
 # element sizes, torch >= 1.11, and a little-endian machine). Fallback: a broadcast weighted sum.
@@ -64,7 +64,7 @@ if BACKWARD_RETRACED_BY_MAKE_FX:
 
 def _tracing() -> bool:
     """Whether torch is tracing this code (dynamo, or make_fx on torch 2.1-2.2)."""
-    return is_compiling() or _fx_tracing()
+    return _is_compiling() or _fx_tracing()
 
 
 def _bit_weights(device: torch.device) -> torch.Tensor:

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from compatfn.core import is_compiling, transforms_active
+from compatfn.core import _is_compiling, _transforms_active
 
 __all__ = [
     "clamp",
@@ -75,7 +75,7 @@ def _out_variant_ok() -> bool:
     torch.compile traces: there the out-of-place op is the one that composes.
     """
     # is_compiling first: dynamo cannot trace the transforms check (a C call returning a bool).
-    return not (torch.is_grad_enabled() or is_compiling() or transforms_active())
+    return not (torch.is_grad_enabled() or _is_compiling() or _transforms_active())
 
 
 _HAS_OUT = hasattr(_threshold_backward, "grad_input")  # aten overloads: torch >= 1.10 or so
@@ -108,7 +108,7 @@ def grad_where_output_positive(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
 def masked_grad(grad: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``grad`` where the bool ``mask`` is set, else 0."""
     # torch 2.0's vmap has no batching rule for view(dtype); dynamo (2.1) cannot trace the check.
-    if is_compiling() or not transforms_active():
+    if _is_compiling() or not _transforms_active():
         # uint8 -> float converts about 1.5x faster than bool -> float on CPU; the view is free.
         mask = mask.view(torch.uint8)
     return select(grad, mask.to(grad.dtype))

@@ -63,7 +63,7 @@ class Case:
 
     def defines(self, name: str) -> bool:
         """Whether the user's Function class defines ``name`` (``jvp``, ``vmap``)."""
-        return self.is_class and core.defines(self.fn, name)
+        return self.is_class and core._defines(self.fn, name)
 
     def failure(self, check: str, detail: str) -> AssertionError:
         """The error :func:`~compatfn.testing.check_function` raises when ``check`` fails."""

@@ -98,7 +98,7 @@ def _check_forward_ad(case: Case) -> Optional[str]:
         return f"{case.name} defines no jvp"
     if not case.diff:
         return "no input has requires_grad=True"
-    if not core.CTX_HAS_SAVE_FOR_FORWARD:
+    if not core._CTX_HAS_SAVE_FOR_FORWARD:
         return (
             f"torch {torch.__version__} has no forward-mode AD for custom "
             "Functions (save_for_forward/jvp: torch >= 1.11)"
@@ -123,7 +123,7 @@ def _check_parity(case: Case) -> Optional[str]:
     if mode != "native":
         if mode == "dual":
             why = "it takes the legacy form on this torch (mode 'dual'), as the legacy path does"
-        elif not core.HAS_SETUP_CONTEXT:
+        elif not core._HAS_SETUP_CONTEXT:
             why = "torch < 2.0 has only the legacy path"
         else:
             why = "it runs on the legacy path (legacy=True or COMPATFN_LEGACY=1)"
@@ -142,14 +142,14 @@ def _check_vmap(case: Case) -> Optional[str]:
     why = _vmap_skip_reason(case)
     if why:
         return why
-    core.prepare_torch_func()
+    core._prepare_torch_func()
     _vmap_matches_loop(case)
     return None
 
 
 @_check("compile")
 def _check_compile(case: Case) -> Optional[str]:
-    why = core.dynamo_unsupported()
+    why = core._dynamo_unsupported()
     if why is None and case.defines("jvp"):
         why = "torch.compile (dynamo) does not trace Functions that define a custom jvp"
     if why:
@@ -181,7 +181,7 @@ def _numerical(case: Case, check: str, run: Callable[..., Any], **options: Any) 
 
 
 def _vmap_skip_reason(case: Case) -> Optional[str]:
-    if not core.HAS_TORCH_FUNC:
+    if not core._HAS_TORCH_FUNC:
         return f"torch {torch.__version__} has no torch.func (needs torch >= 2.0)"
     if not case.is_class:
         return "not a Function class"
