@@ -379,8 +379,9 @@ PLAIN_NON_TENSOR_OUTPUTS = _plain_non_tensor_outputs()
 
 
 @st.composite
-def specs(draw: Any, func: bool = False) -> Spec:
-    """A :class:`Spec`; ``func``: only what torch.func can run (no in-place, no once)."""
+def specs(draw: Any, func: bool = False, traced: bool = False) -> Spec:
+    """A :class:`Spec`; ``func``: only what torch.func can run (no in-place, no once);
+    ``traced``: no warning (dynamo breaks the graph on ``warnings.warn``, hand-written too)."""
     inplace = not func and draw(st.booleans())
     return Spec(
         params=draw(params()),
@@ -394,7 +395,7 @@ def specs(draw: Any, func: bool = False) -> Spec:
         materialize=draw(st.booleans()),
         needs_input_grad=draw(st.booleans()),
         once=not func and draw(st.booleans()),
-        warn=draw(st.booleans()),
+        warn=not traced and draw(st.booleans()),
         raises=draw(st.booleans()),
     )
 

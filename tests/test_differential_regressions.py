@@ -1,0 +1,53 @@
+"""The differences the differential suite found, each as the spec hypothesis shrank it to.
+
+A difference that is a core bug not fixed yet is a strict xfail naming it: it turns into a
+failure the moment the core is fixed, and the xfail (and its entry in
+``differential_traced.KNOWN_CORE_BUGS`` or ``differential_support.WARNING_PLACES_CHECKED``) goes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from differential_support import assert_same, in_context
+from differential_traced import HAS_COMPILE, check_like_control, compiled, native_path
+from function_specs import PATTERNS, Arguments, Param, Spec, build, calls, defaults
+
+NATIVE = native_path()
+
+
+def _x(grad: bool = True) -> Arguments:
+    return Arguments((torch.tensor(PATTERNS[0]),), (grad,), {}, ())
+
+
+@pytest.mark.skipif(not HAS_COMPILE, reason=f"torch {torch.__version__} has no torch.compile")
+@pytest.mark.xfail(
+    NATIVE,
+    strict=True,
+    reason="core bug: a direct Fn.apply with a default left out fails torch.compile on the "
+    "native path (setup_context gets inputs without the default); see diff27-findings",
+)
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_compiled_in_place_with_bool_default_left_out():
+    """``forward(x, p0_bool=True)`` in place (``mark_dirty``) called ``apply(x)``, compiled."""
+    made = build(Spec(params=(Param("p0_bool", "bool", "True"),), inplace=True, materialize=False))
+    what = "torch.compile(backend='aot_eager', fullgraph=True)"
+    check_like_control(made, "left-out", _x(), compiled("aot_eager"), what)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core bug: warnings.warn(..., stacklevel=2) in a decorated forward points at "
+    "compatfn's generated code, not where the hand-written Function's points; see "
+    "diff27-findings",
+)
+def test_warning_in_forward_points_where_hand_written_does():
+    """``forward(x)`` that warns with ``stacklevel=2``, called positionally with grad."""
+    made = build(Spec(warn=True))
+    args = _x(grad=False)
+    call = calls(made.spec, args, defaults(made.hand_written))["positional"]
+    expected = in_context(made.hand_written, call, args, "grad")
+    got = in_context(made.decorated, call, args, "grad")
+    assert len(expected.warnings) == 1
+    assert got.warnings == expected.warnings
