@@ -20,7 +20,14 @@ import torch
 
 import compatfn
 from compatfn import core
-from toy_functions import make_clip, make_hand_written_clip
+from toy_functions import (
+    DEFAULT_CALLS,
+    make_clip,
+    make_clip_scale,
+    make_hand_written_clip,
+    make_hand_written_clip_scale,
+    make_square,
+)
 
 WHY_NOT = core.dynamo_unsupported()
 pytestmark = [
@@ -115,6 +122,57 @@ def test_direct_apply_with_every_argument_a_keyword(legacy):
     check_like_control(make_clip(legacy), "all-keywords", True)
 
 
+@functools.lru_cache(maxsize=None)
+def _default_call_control(call: str, grad: bool, backend: str) -> Tuple[Any, Optional[str]]:
+    control = make_hand_written_clip_scale()
+    run = DEFAULT_CALLS[call][0]
+    return _outcome(lambda: _compiled_run(lambda t: run(control, t), _input(grad), backend))
+
+
+def check_default_call_like_control(cls: Any, call: str, grad: bool, backend: str) -> None:
+    """A call of the two-default class that leaves out, reorders or skips defaults compiles
+    wherever the hand-written control called the same way does, with forward's math (defaults
+    filled in) and the control's values and gradient; where the control fails, ``cls`` fails the
+    same way or compiles correctly."""
+    run, (clip, scale) = DEFAULT_CALLS[call]
+    expected, control_failure = _default_call_control(call, grad, backend)
+    x = _input(grad)
+    got, failure = _outcome(lambda: _compiled_run(lambda t: run(cls, t), x, backend))
+    if failure is None:
+        y, g = got
+        torch.testing.assert_close(y, x.detach().clamp(0, clip) * scale, rtol=0, atol=0)
+        if grad:
+            mask = ((x > 0) & (x < clip)).to(x.dtype)
+            torch.testing.assert_close(g, mask * scale, rtol=0, atol=0)
+        if expected is not None:
+            assert torch.equal(y, expected[0])
+            assert grad is False or torch.equal(g, expected[1])
+        return
+    assert control_failure == failure, (
+        f"{call} with{'' if grad else 'out'} grad: {cls.__name__} failed to compile ({failure}) "
+        "where the hand-written control "
+        + ("compiles" if control_failure is None else f"fails differently ({control_failure})")
+    )
+
+
+@pytest.mark.parametrize("legacy", PATHS)
+@pytest.mark.parametrize("grad", [True, False], ids=["grad", "no-grad"])
+@pytest.mark.parametrize("call", sorted(DEFAULT_CALLS))
+def test_calls_leaving_out_defaults_compile_like_hand_written(call, grad, legacy):
+    check_default_call_like_control(make_clip_scale(legacy), call, grad, "aot_eager")
+
+
+@pytest.mark.parametrize(
+    "backend, grad",
+    [("eager", True), ("eager", False), ("inductor", True)],
+    ids=["eager-grad", "eager-no-grad", "inductor-grad"],
+)
+def test_defaults_left_out_with_each_backend(backend, grad):
+    """README's call, ``Fn.apply(x)`` with its defaults left out, with the other backends (the
+    default path; the ``-legacy`` sessions run the forced one)."""
+    check_default_call_like_control(make_clip_scale(), "defaults-left-out", grad, backend)
+
+
 @pytest.mark.parametrize("grad", [True, False], ids=["grad", "no-grad"])
 def test_inductor(grad, device):
     """The default path with inductor (the forced one runs in the ``-legacy`` sessions)."""
@@ -200,9 +258,12 @@ def test_features_report_compile_support():
 
 def test_mode_names_the_form_dynamo_sees():
     """Where dynamo mishandles the setup_context style (torch 2.0-2.12), the decorated class
-    itself has the legacy form: mode ``"dual"``."""
-    fn = make_clip()
-    if core.env_forces_legacy():
-        assert compatfn.mode(fn) == "legacy"
+    itself has the legacy form: mode ``"dual"``; on every 2.x a forward with defaults too, since
+    dynamo leaves them out of setup_context's inputs (a class without defaults is as written from
+    torch 2.13)."""
+    with_defaults, without = make_clip(), make_square()
+    if core.env_forces_legacy() or not core.HAS_SETUP_CONTEXT:
+        assert compatfn.mode(with_defaults) == compatfn.mode(without) == "legacy"
     else:
-        assert compatfn.mode(fn) == ("dual" if core.TORCH_VERSION < (2, 13) else "native")
+        assert compatfn.mode(with_defaults) == "dual"
+        assert compatfn.mode(without) == ("dual" if core.TORCH_VERSION < (2, 13) else "native")

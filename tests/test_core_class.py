@@ -64,7 +64,7 @@ def test_grad_fn_name():
 
 def test_signature_shows_user_parameters():
     shown = list(inspect.signature(Scale.forward).parameters)
-    if expected_mode(FORCED) == "native":
+    if expected_mode(FORCED, defaults=True) == "native":
         assert shown == ["x", "factor"]
     else:  # the legacy form's adapter; the user's forward is kept as its __wrapped__
         assert shown == ["ctx", "x", "factor"]
@@ -87,7 +87,7 @@ def test_decorating_twice_is_harmless():
 def test_decorating_twice_with_contradicting_mode_raises():
     if compatfn.mode(Scale) == "legacy":
         pytest.skip("Scale already runs on the legacy path here (torch 1.x or COMPATFN_LEGACY=1)")
-    with pytest.raises(TypeError, match=f"Scale: already decorated in {expected_mode()} mode"):
+    with pytest.raises(TypeError, match=f"Scale: already decorated in {expected_mode(defaults=True)} mode"):
         compatfn.function(legacy=True)(Scale)
 
 

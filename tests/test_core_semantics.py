@@ -20,7 +20,7 @@ from compatfn import core
 from toy_functions import FORCED, expected_mode, make_clip, make_scale, make_square
 
 NATIVE_TORCH = hasattr(torch.autograd.Function, "setup_context")  # torch >= 2.0
-EXPECTED_MODE = expected_mode(FORCED)
+EXPECTED_MODE = expected_mode(FORCED, defaults=True)
 # torch.testing.assert_close arrived in torch 1.9; 1.8 has assert_allclose.
 assert_close = getattr(torch.testing, "assert_close", None) or torch.testing.assert_allclose
 

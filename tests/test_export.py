@@ -19,7 +19,13 @@ import pytest
 import torch
 
 import compatfn
-from toy_functions import make_clip, make_hand_written_clip
+from toy_functions import (
+    DEFAULT_CALLS,
+    make_clip,
+    make_clip_scale,
+    make_hand_written_clip,
+    make_hand_written_clip_scale,
+)
 
 export = getattr(torch, "export", None)
 pytestmark = [
@@ -65,9 +71,10 @@ class Calls(torch.nn.Module):
 
 
 def _export(module: torch.nn.Module, x: torch.Tensor, mode: str) -> Any:
-    if mode == "strict":
+    if not NON_STRICT:  # torch 2.1: strict is the only mode, and export takes no strict=
         return export.export(module, (x,))
-    return export.export(module, (x,), strict=False)
+    # Always spelled out: the default changed (non-strict from torch 2.8 on, measured).
+    return export.export(module, (x,), strict=mode == "strict")
 
 
 def failure_kind(error: BaseException) -> str:
@@ -142,3 +149,60 @@ def test_control_exports_positionally():
         assert _control("non-strict", False, True) is None
         keywords = _control("non-strict", True, True)
         assert (keywords is None) == (compatfn.core.TORCH_VERSION >= (2, 13)), keywords
+
+
+class CallsWithDefaults(torch.nn.Module):
+    """Calls the two-default class as ``call`` names (defaults left out, reordered keywords ...)
+    on ``linear(x)``; with ``weighted``, the linear layer has parameters requiring grad (so
+    dynamo takes the Function's grad path), else it is a fixed scaling."""
+
+    def __init__(self, cls: Any, call: str, weighted: bool) -> None:
+        super().__init__()
+        self.cls, self.run = cls, DEFAULT_CALLS[call][0]
+        self.linear = torch.nn.Linear(8, 8)
+        with torch.no_grad():
+            self.linear.weight.copy_(torch.eye(8) * 1.5)
+            self.linear.bias.zero_()
+        self.linear.requires_grad_(weighted)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.run(self.cls, self.linear(x)) * 2
+
+
+@functools.lru_cache(maxsize=None)
+def _default_call_control(mode: str, call: str, weighted: bool) -> Optional[str]:
+    """How the hand-written control fails to export (None: it exports, with forward's math;
+    its eager call is no reference: plain ``apply`` takes no keywords before torch 2.13)."""
+    module = CallsWithDefaults(make_hand_written_clip_scale(), call, weighted)
+    program, failure = _outcome(lambda: _export(module, _sample(), mode))
+    if program is not None:
+        assert torch.equal(program.module()(_sample()), _default_call_math(module, call))
+    return failure
+
+
+def _default_call_math(module: CallsWithDefaults, call: str, sample: Any = None) -> Any:
+    """What ``module`` computes for ``sample`` (by default ``_sample()``), defaults filled in."""
+    clip, scale = DEFAULT_CALLS[call][1]
+    with torch.no_grad():
+        return module.linear(_sample() if sample is None else sample).clamp(0, clip) * scale * 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("legacy", PATHS)
+@pytest.mark.parametrize("weighted", [True, False], ids=["parameter", "input"])
+@pytest.mark.parametrize("call", sorted(DEFAULT_CALLS))
+def test_calls_leaving_out_defaults_export_like_hand_written(call, weighted, legacy, mode):
+    """README's ``Fn.apply(x)`` with its defaults left out, and keywords reordered or skipping a
+    default: exported wherever the hand-written control called the same way is, with forward's
+    math (defaults filled in); otherwise the same failure."""
+    module = CallsWithDefaults(make_clip_scale(legacy), call, weighted)
+    program, failure = _outcome(lambda: _export(module, _sample(), mode))
+    control = _default_call_control(mode, call, weighted)
+    if failure is None:
+        for sample in (_sample(), torch.randn(8)):
+            assert torch.equal(program.module()(sample), _default_call_math(module, call, sample))
+        return
+    assert failure == control, (
+        f"{call}: the decorated class failed to export ({failure}) where the hand-written "
+        f"control {'exports' if control is None else f'fails differently ({control})'}"
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
@@ -20,22 +20,23 @@ import compatfn
 FORCED = os.environ.get("COMPATFN_LEGACY", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def expected_mode(forced: bool = False) -> str:
+def expected_mode(forced: bool = False, *, defaults: bool = False) -> str:
     """What ``compatfn.mode`` must answer for a setup_context-style class on this torch, pinned
     per release: the legacy path on torch 1.x or when forced; the legacy form with a torch.func
-    copy (``"dual"``) on 2.0-2.12, where dynamo mishandles the setup_context style; the class as
-    written from 2.13.
+    copy (``"dual"``) on 2.0-2.12, where dynamo mishandles the setup_context style, and on every
+    2.x for a forward with ``defaults`` (dynamo leaves them out of setup_context's inputs); the
+    class as written from 2.13 otherwise.
 
     Example::
 
-        assert compatfn.mode(make_clip()) == expected_mode(FORCED)
+        assert compatfn.mode(make_clip()) == expected_mode(FORCED, defaults=True)
     """
     match = re.match(r"(\d+)\.(\d+)", str(torch.__version__))
     assert match is not None, torch.__version__
     release = (int(match.group(1)), int(match.group(2)))
     if forced or release < (2, 0):
         return "legacy"
-    return "dual" if release < (2, 13) else "native"
+    return "dual" if release < (2, 13) or defaults else "native"
 
 
 def make_clip(
@@ -164,3 +165,66 @@ def make_square(*, name: str = "Square", vmap_rule: bool = False) -> Any:
     if vmap_rule:
         Square.generate_vmap_rule = True
     return compatfn.function(Square)
+
+
+def make_clip_scale(legacy: Optional[bool] = None, *, decorated: bool = True) -> Any:
+    """A decorated ``x.clamp(0, clip) * scale`` with two defaults (``clip=1.0, scale=2.0``), for
+    the calls that leave out, reorder or skip defaults; ``decorated=False`` returns the plain
+    torch class.
+
+    Example::
+
+        make_clip_scale().apply(torch.randn(4), scale=3.0)  # clip left at its default
+    """
+
+    class ClipScale(torch.autograd.Function):
+        @staticmethod
+        def forward(x, clip=1.0, scale=2.0):  # type: ignore[no-untyped-def,override]
+            return x.clamp(0, clip) * scale
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def,override]
+            x, clip, scale = inputs
+            ctx.save_for_backward((x > 0) & (x < clip))
+            ctx.scale = scale
+
+        @staticmethod
+        def backward(ctx, grad):  # type: ignore[no-untyped-def,override]
+            (mask,) = ctx.saved_tensors
+            return grad * mask * ctx.scale, None, None
+
+    return compatfn.function(ClipScale, legacy=legacy) if decorated else ClipScale
+
+
+def make_hand_written_clip_scale() -> Any:
+    """``make_clip_scale``'s math hand-written in the legacy form, without compatfn (a fresh
+    class per call).
+
+    Example::
+
+        make_hand_written_clip_scale().apply(torch.randn(4), 0.5)
+    """
+
+    class HandWrittenClipScale(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, clip=1.0, scale=2.0):  # type: ignore[no-untyped-def,override]
+            ctx.save_for_backward((x > 0) & (x < clip))
+            ctx.scale = scale
+            return x.clamp(0, clip) * scale
+
+        @staticmethod
+        def backward(ctx, grad):  # type: ignore[no-untyped-def,override]
+            (mask,) = ctx.saved_tensors
+            return grad * mask * ctx.scale, None, None
+
+    return HandWrittenClipScale
+
+
+#: The ways users call a two-default Function, each with the ``(clip, scale)`` it means.
+DEFAULT_CALLS: Dict[str, Tuple[Callable[[Any, torch.Tensor], torch.Tensor], Tuple[float, float]]] = {
+    "defaults-left-out": (lambda cls, t: cls.apply(t), (1.0, 2.0)),
+    "one-default-left-out": (lambda cls, t: cls.apply(t, 0.5), (0.5, 2.0)),
+    "keywords": (lambda cls, t: cls.apply(t, clip=0.5, scale=3.0), (0.5, 3.0)),
+    "reordered-keywords": (lambda cls, t: cls.apply(t, scale=3.0, clip=0.5), (0.5, 3.0)),
+    "keyword-skipping-a-default": (lambda cls, t: cls.apply(t, scale=3.0), (1.0, 3.0)),
+}

@@ -202,10 +202,21 @@ DYNAMO_PASSES_CTX_WITHOUT_GRAD = HAS_SETUP_CONTEXT and TORCH_VERSION < (2, 6)
 # Upstream: https://github.com/pytorch/pytorch/pull/137809
 DYNAMO_PASSES_CTX_WITH_KEYWORDS = HAS_SETUP_CONTEXT and (2, 6) <= TORCH_VERSION < (2, 13)
 
+#: torch >= 2.0 (every release to date): dynamo builds a setup_context-style Function's
+#: ``inputs`` from the arguments as given, without forward's defaults, so a direct
+#: ``Fn.apply(x)`` of ``forward(x, clip=1.0)`` fails in compiled code with grad ("not enough
+#: values to unpack") and in strict torch.export, where eager fills the defaults in (measured on
+#: 2.4-2.15; a hand-written legacy Function of the same signature compiles). Only classes whose
+#: forward has defaults are concerned: they take the legacy form. See NOTE: [the class takes the
+#: legacy form].
+# Upstream: https://github.com/pytorch/pytorch/issues/130051
+DYNAMO_OMITS_DEFAULTS = HAS_SETUP_CONTEXT
+
 #: Where dynamo (and strict torch.export, which traces with it) mishandles a direct
-#: ``Fn.apply(...)`` of a setup_context-style class that it handles for a hand-written legacy
-#: one, a decorated class itself takes the legacy form (mode "dual"). See NOTE: [the class takes
-#: the legacy form].
+#: ``Fn.apply(...)`` of any setup_context-style class that it handles for a hand-written legacy
+#: one, a decorated class itself takes the legacy form (mode "dual"); where it mishandles only
+#: defaults (``DYNAMO_OMITS_DEFAULTS``), a class whose forward has defaults does. See NOTE: [the
+#: class takes the legacy form].
 CLASS_TAKES_LEGACY_FORM = (
     DYNAMO_REJECTS_SETUP_CONTEXT
     or DYNAMO_PASSES_CTX_WITHOUT_GRAD
@@ -362,8 +373,9 @@ def non_tensor_outputs() -> bool:
 # Dynamo intercepts a direct ``Fn.apply(...)`` in compiled code (and strict torch.export traces
 # with dynamo) before any code of this module runs, so the class itself must be a form this
 # dynamo handles. Where it mishandles setup_context-style Functions (CLASS_TAKES_LEGACY_FORM:
-# torch 2.0-2.12, for the reasons the flags above it name), a decorated class takes the legacy
-# form ``forward(ctx, ...)`` (mode "dual"), as ``intermediates=`` classes do on every torch:
+# torch 2.0-2.12, for the reasons the flags above it name; and on every 2.x for a forward with
+# defaults, DYNAMO_OMITS_DEFAULTS), a decorated class takes the legacy form
+# ``forward(ctx, ...)`` (mode "dual"), as ``intermediates=`` classes do on every torch:
 # torch, dynamo and torch.export then see a legacy Function, which they handle as they handle a
 # hand-written one. torch.func needs the setup_context style: under its transforms ``apply``
 # runs a setup_context-style copy of the class (``_func_copy``), with the user's ``vmap``,
@@ -414,6 +426,11 @@ class _Binder:
     @property
     def size(self) -> int:
         return len(self.names)
+
+    @property
+    def has_defaults(self) -> bool:
+        """Whether forward has a parameter with a default (one a call may leave out)."""
+        return self.nreq < len(self.names)
 
     def _error(self, message: str) -> TypeError:
         return TypeError(f"{self.owner}.apply() {message}")
@@ -669,7 +686,10 @@ class _Decoration:
 
         See NOTE: [the class takes the legacy form] and NOTE: [intermediates].
         """
-        return not self.legacy_path and (self.intermediates > 0 or CLASS_TAKES_LEGACY_FORM)
+        if self.legacy_path:
+            return False
+        defaults = DYNAMO_OMITS_DEFAULTS and self.binder.has_defaults
+        return self.intermediates > 0 or CLASS_TAKES_LEGACY_FORM or defaults
 
     @property
     def in_legacy_form(self) -> bool:
