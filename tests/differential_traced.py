@@ -9,7 +9,7 @@ Example::
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Dict, Tuple
 
 import torch
 
@@ -111,19 +111,8 @@ def check_like_control(made: Made, style: str, args: Arguments, run: Runner, wha
     assert_same(got, eager, where, check_warnings=False, exact=False)
 
 
-def native_path() -> bool:
-    """Whether a decorated setup_context class runs as written here (mode ``"native"``)."""
-    import compatfn
-    from function_specs import Spec, build
-
-    return compatfn.mode(build(Spec()).decorated) == "native"
-
 
 #: Known core bugs, each tracked by a strict-xfail test of test_differential_regressions.py:
-#: (call style, whether it needs the native path). The property tests do not draw them until
-#: the test passes and its entry is removed here.
-KNOWN_CORE_BUGS = {
-    # test_compiled_in_place_with_bool_default_left_out: dynamo passes setup_context inputs
-    # without the defaults (pytorch/pytorch#130051).
-    "left-out": native_path(),
-}
+#: call style -> whether it is broken on this row. The property tests do not draw a style while
+#: its entry is True; the entry goes when the test passes.
+KNOWN_CORE_BUGS: Dict[str, bool] = {}

@@ -11,26 +11,18 @@ import pytest
 import torch
 
 from differential_support import assert_same, in_context
-from differential_traced import HAS_COMPILE, check_like_control, compiled, native_path
+from differential_traced import HAS_COMPILE, check_like_control, compiled
 from function_specs import PATTERNS, Arguments, Param, Spec, build, calls, defaults
-
-NATIVE = native_path()
-
 
 def _x(grad: bool = True) -> Arguments:
     return Arguments((torch.tensor(PATTERNS[0]),), (grad,), {}, ())
 
 
 @pytest.mark.skipif(not HAS_COMPILE, reason=f"torch {torch.__version__} has no torch.compile")
-@pytest.mark.xfail(
-    NATIVE,
-    strict=True,
-    reason="core bug: a direct Fn.apply with a default left out fails torch.compile on the "
-    "native path (setup_context gets inputs without the default); see diff27-findings",
-)
 @pytest.mark.usefixtures("fresh_dynamo")
 def test_compiled_in_place_with_bool_default_left_out():
-    """``forward(x, p0_bool=True)`` in place (``mark_dirty``) called ``apply(x)``, compiled."""
+    """``forward(x, p0_bool=True)`` in place (``mark_dirty``) called ``apply(x)``, compiled: on
+    torch 2.13+ dynamo built setup_context's inputs without the default (pytorch#130051)."""
     made = build(Spec(params=(Param("p0_bool", "bool", "True"),), inplace=True, materialize=False))
     what = "torch.compile(backend='aot_eager', fullgraph=True)"
     check_like_control(made, "left-out", _x(), compiled("aot_eager"), what)

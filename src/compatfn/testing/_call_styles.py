@@ -6,7 +6,7 @@ failing call style is a limit of torch rather than of the Function.
 Example::
 
     >>> [style.label for style in call_styles(case)]  # forward(x, clip=1.0), called (x, 2.0)
-    ['as given', 'with keywords', 'with the defaults left out']
+    ['as given', 'with the defaults left out', 'with keywords']
 """
 
 from __future__ import annotations
@@ -71,8 +71,8 @@ def _styled(
 def call_styles(
     signature: Optional[inspect.Signature], n_inputs: int, kwargs: Dict[str, Any]
 ) -> List[CallStyle]:
-    """The call as given, and the other styles forward's ``signature`` allows for it: every
-    parameter after the first by keyword; the defaulted parameters left out; the first given
+    """The call as given, and the other styles forward's ``signature`` allows for it: the
+    defaulted parameters left out; every parameter after the first by keyword; the first given
     default left out and the later ones by keyword (a keyword that skips a default)."""
 
     def as_given(target: Callable[..., Any]) -> Callable[..., Any]:
@@ -83,15 +83,15 @@ def call_styles(
     if signature is None or sources is None or not sources:
         return styles
     params = [p for p in signature.parameters.values() if p.name in sources]
-    first, later = params[0], params[1:]
-    if later:
-        keywords = {p.name: sources[p.name] for p in later}
-        styles.append(CallStyle("with keywords", _styled([sources[first.name]], keywords, kwargs)))
     required = [p for p in params if p.default is inspect.Parameter.empty]
     defaulted = [p for p in params if p.default is not inspect.Parameter.empty]
     if defaulted:
         kept = [sources[p.name] for p in required]
         styles.append(CallStyle("with the defaults left out", _styled(kept, {}, kwargs)))
+    first, later = params[0], params[1:]
+    if later:
+        keywords = {p.name: sources[p.name] for p in later}
+        styles.append(CallStyle("with keywords", _styled([sources[first.name]], keywords, kwargs)))
     if len(defaulted) > 1:
         keywords = {p.name: sources[p.name] for p in defaulted[1:]}
         label = f"with {defaulted[0].name} left out and later defaults by keyword"
