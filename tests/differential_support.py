@@ -71,7 +71,12 @@ def describe(value: Any) -> Any:
 def same(a: Any, b: Any, exact: bool = True) -> bool:
     """Whether two described values agree: bit for bit, or (``exact=False``) within float
     tolerances (a compiled kernel against eager)."""
-    if isinstance(a, tuple) and a[:1] == ("tensor",) and isinstance(b, tuple) and b[:1] == ("tensor",):
+    if (
+        isinstance(a, tuple)
+        and a[:1] == ("tensor",)
+        and isinstance(b, tuple)
+        and b[:1] == ("tensor",)
+    ):
         if a[1] != b[1]:
             return False
         if exact or not a[2].is_floating_point():
@@ -82,24 +87,34 @@ def same(a: Any, b: Any, exact: bool = True) -> bool:
     return bool(a == b)
 
 
-def assert_same(got: Seen, expected: Seen, what: str, check_warnings: bool = True, exact: bool = True) -> None:
+def assert_same(
+    got: Seen, expected: Seen, what: str, check_warnings: bool = True, exact: bool = True
+) -> None:
     """``got`` (the decorated class) shows what ``expected`` (the oracle) does, bit for bit
     (``exact=False``: values within float tolerances)."""
     assert got.error == expected.error, (
         f"{what}: decorated {got.error or 'ran'} ({got.message[:300]}) vs oracle "
         f"{expected.error or 'ran'} ({expected.message[:300]})"
     )
-    assert same(got.values, expected.values, exact), f"{what}: {got.values!r}\n!=\n{expected.values!r}"
-    assert len(got.warnings) == len(expected.warnings), f"{what}: warnings {got.warnings} vs {expected.warnings}"
+    assert same(got.values, expected.values, exact), (
+        f"{what}: {got.values!r}\n!=\n{expected.values!r}"
+    )
+    assert len(got.warnings) == len(expected.warnings), (
+        f"{what}: warnings {got.warnings} vs {expected.warnings}"
+    )
     if check_warnings and WARNING_PLACES_CHECKED:
-        assert got.warnings == expected.warnings, f"{what}: warnings {got.warnings} vs {expected.warnings}"
+        assert got.warnings == expected.warnings, (
+            f"{what}: warnings {got.warnings} vs {expected.warnings}"
+        )
 
 
 # --------------------------------------------------------------------------- contexts
 
 
 def leaves(arguments: Arguments) -> List[torch.Tensor]:
-    return [t.detach().clone().requires_grad_(g) for t, g in zip(arguments.tensors, arguments.grads)]
+    return [
+        t.detach().clone().requires_grad_(g) for t, g in zip(arguments.tensors, arguments.grads)
+    ]
 
 
 def used(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
@@ -122,7 +137,9 @@ def grads_of(out: Any, wrt: List[torch.Tensor], create_graph: bool = False) -> T
     if not isinstance(y, torch.Tensor) or not y.requires_grad or not targets:
         return ()
     return tuple(
-        torch.autograd.grad((y * weights(y)).sum(), targets, allow_unused=True, create_graph=create_graph)
+        torch.autograd.grad(
+            (y * weights(y)).sum(), targets, allow_unused=True, create_graph=create_graph
+        )
     )
 
 
@@ -136,7 +153,9 @@ def _with_grad(cls: Any, call: Call, ts: List[torch.Tensor]) -> Tuple[Any, ...]:
     return describe(out), describe(grads_of(out, ts))
 
 
-def _under(manager: Callable[[], Any]) -> Callable[[Any, Call, List[torch.Tensor]], Tuple[Any, ...]]:
+def _under(
+    manager: Callable[[], Any],
+) -> Callable[[Any, Call, List[torch.Tensor]], Tuple[Any, ...]]:
     def run(cls: Any, call: Call, ts: List[torch.Tensor]) -> Tuple[Any, ...]:
         with manager():
             out = _eager(cls, call, ts)
@@ -146,7 +165,9 @@ def _under(manager: Callable[[], Any]) -> Callable[[Any, Call, List[torch.Tensor
     return run
 
 
-def _inside(manager: Callable[[], Any]) -> Callable[[Any, Call, List[torch.Tensor]], Tuple[Any, ...]]:
+def _inside(
+    manager: Callable[[], Any],
+) -> Callable[[Any, Call, List[torch.Tensor]], Tuple[Any, ...]]:
     """Forward and backward inside ``manager``."""
 
     def run(cls: Any, call: Call, ts: List[torch.Tensor]) -> Tuple[Any, ...]:
@@ -156,7 +177,9 @@ def _inside(manager: Callable[[], Any]) -> Callable[[Any, Call, List[torch.Tenso
     return run
 
 
-def _checkpointed(reentrant: Optional[bool]) -> Callable[[Any, Call, List[torch.Tensor]], Tuple[Any, ...]]:
+def _checkpointed(
+    reentrant: Optional[bool],
+) -> Callable[[Any, Call, List[torch.Tensor]], Tuple[Any, ...]]:
     from torch.utils.checkpoint import checkpoint
 
     options = {} if reentrant is None else {"use_reentrant": reentrant}
@@ -227,7 +250,9 @@ def observe(run: Callable[[], Tuple[Any, ...]], filename: str = "") -> Seen:
             values, error, message = run(), None, ""
         except Exception as exc:  # compared with the oracle's, never ignored
             values, error, message = (), type(exc).__name__, str(exc)
-    spots = tuple((os.path.basename(w.filename), w.lineno) for w in caught if str(w.message) == WARNING)
+    spots = tuple(
+        (os.path.basename(w.filename), w.lineno) for w in caught if str(w.message) == WARNING
+    )
     return Seen(values, error, message, spots)
 
 

@@ -111,7 +111,6 @@ def check_like_control(made: Made, style: str, args: Arguments, run: Runner, wha
     assert_same(got, eager, where, check_warnings=False, exact=False)
 
 
-
 #: Known core bugs, each tracked by a strict-xfail test of test_differential_regressions.py:
 #: call style -> whether it is broken on this row. The property tests do not draw a style while
 #: its entry is True; the entry goes when the test passes.

@@ -142,7 +142,9 @@ def _compute_lines(spec: Spec) -> List[str]:
 
 def _outputs(spec: Spec) -> List[str]:
     names = ["out"]
-    names += [n for n, on in (("out2", spec.out2), ("mask", spec.mask), ("count", spec.count)) if on]
+    names += [
+        n for n, on in (("out2", spec.out2), ("mask", spec.mask), ("count", spec.count)) if on
+    ]
     return names
 
 
@@ -169,7 +171,10 @@ def _backward_lines(spec: Spec) -> List[str]:
     lines = ["g = grads[0]", "g2 = grads[1]" if spec.out2 else "g2 = None", "coef = ctx.coef"]
     lines.append("if g is None and g2 is None:\n    return (None,) * (N_IN + ctx.n_rest)")
     if spec.inplace:
-        lines += ["gx = None if g is None else g * coef", "gt = [g] * (len(TENSOR_AT) + ctx.n_rest)"]
+        lines += [
+            "gx = None if g is None else g * coef",
+            "gt = [g] * (len(TENSOR_AT) + ctx.n_rest)",
+        ]
     else:
         lines.append(f"first, *ts = {'ctx.kept' if spec.attributes else 'ctx.saved_tensors'}")
         lines.append("xv = first * 0.5" if spec.intermediates else "xv = first")
@@ -203,9 +208,9 @@ def _setup_context_class(spec: Spec, name: str, decorator: str) -> str:
     returned = _outputs(spec) + (["inter"] if spec.intermediates else [])
     unpack_output = ", ".join(returned) + " = output"
     forward = _coef_lines(spec) + _compute_lines(spec) + [f"return {_tuple(returned)}"]
-    setup = [f"{_inputs_unpacking(spec)} = inputs"] + _coef_lines(spec)
+    setup = [f"{_inputs_unpacking(spec)} = inputs", *_coef_lines(spec)]
     extras = ", ".join(_extras(spec))
-    setup += [f"extras = ({extras}{',' if extras else ''})", unpack_output] + _ctx_lines(spec)
+    setup += [f"extras = ({extras}{',' if extras else ''})", unpack_output, *_ctx_lines(spec)]
     return (
         f"{decorator}class {name}(torch.autograd.Function):\n"
         "    generate_vmap_rule = True\n\n"
@@ -228,7 +233,9 @@ def _hand_written_class(spec: Spec) -> str:
 def source(spec: Spec) -> str:
     """The module holding ``Decorated``, ``Undecorated`` and ``HandWritten`` for ``spec``."""
     tensor_at = tuple(i + 1 for i, p in enumerate(spec.params) if p.kind in TENSOR_KINDS)
-    decorator = "@compatfn.function(intermediates=1)\n" if spec.intermediates else "@compatfn.function\n"
+    decorator = (
+        "@compatfn.function(intermediates=1)\n" if spec.intermediates else "@compatfn.function\n"
+    )
     return "\n".join(
         [
             "import warnings",
@@ -346,9 +353,14 @@ PATTERNS = (
 
 @st.composite
 def params(draw: Any) -> Tuple[Param, ...]:
-    kinds = draw(st.lists(st.sampled_from(sorted(COEF) + list(TENSOR_KINDS)), max_size=4))
-    required = [k for k in kinds if k == "tensor"] + [k for k in kinds if k in COEF and draw(st.booleans())]
-    optional = [k for k in kinds if k not in required or required.remove(k)]  # type: ignore[func-returns-value]
+    """Up to four parameters after x: tensors required, the others required or defaulted
+    (``tensor_default`` always defaulted), the defaulted ones last."""
+    kinds = draw(st.lists(st.sampled_from([*sorted(COEF), *TENSOR_KINDS]), max_size=4))
+    required: List[str] = []
+    optional: List[str] = []
+    for kind in kinds:
+        needed = kind == "tensor" or (kind in COEF and draw(st.booleans()))
+        (required if needed else optional).append(kind)
     out = [Param(f"p{i}_{k}", k) for i, k in enumerate(required)]
     out += [Param(f"p{len(out) + i}_{k}", k, DEFAULTS[k]) for i, k in enumerate(optional)]
     return tuple(out)
@@ -428,4 +440,6 @@ def defaults(cls: Any) -> Dict[str, Any]:
     import inspect
 
     sig = inspect.signature(cls.forward)
-    return {n: p.default for n, p in sig.parameters.items() if p.default is not inspect.Parameter.empty}
+    return {
+        n: p.default for n, p in sig.parameters.items() if p.default is not inspect.Parameter.empty
+    }

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any, List, Tuple
 
-import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -35,7 +34,12 @@ def oracle(made: Made, style: str, arguments: Arguments, context: str) -> Seen:
     call = calls(made.spec, arguments, defaults(made.hand_written))[style]
     seen = in_context(made.hand_written, call, arguments, context)
     if seen.error == "TypeError" and call[1]:
-        seen = in_context(made.hand_written, canonical(made.spec, arguments, defaults(made.hand_written)), arguments, context)
+        seen = in_context(
+            made.hand_written,
+            canonical(made.spec, arguments, defaults(made.hand_written)),
+            arguments,
+            context,
+        )
     return seen
 
 

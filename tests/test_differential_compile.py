@@ -11,8 +11,7 @@ plain ``apply`` takes no keywords in compiled code before torch 2.13).
 
 from __future__ import annotations
 
-import inspect
-from typing import Any, Callable, Tuple
+from typing import Any, Tuple
 
 import pytest
 import torch
@@ -20,16 +19,30 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from differential_support import budget
-from differential_traced import EXPORT, HAS_COMPILE, NON_STRICT, KNOWN_CORE_BUGS, check_like_control, compiled, exported, traced
+from differential_traced import (
+    EXPORT,
+    HAS_COMPILE,
+    KNOWN_CORE_BUGS,
+    NON_STRICT,
+    check_like_control,
+    compiled,
+    exported,
+    traced,
+)
 from function_specs import Arguments, Made, arguments, build, calls, defaults, specs
 
 fresh = pytest.mark.usefixtures("fresh_dynamo")
+
 
 @st.composite
 def cases(draw: Any) -> Tuple[Made, str, Arguments]:
     made = build(draw(specs(traced=True), label="spec"))
     args = draw(arguments(made.spec), label="arguments")
-    styles = [s for s in sorted(calls(made.spec, args, defaults(made.hand_written))) if not KNOWN_CORE_BUGS.get(s)]
+    styles = [
+        s
+        for s in sorted(calls(made.spec, args, defaults(made.hand_written)))
+        if not KNOWN_CORE_BUGS.get(s)
+    ]
     style = draw(st.sampled_from(styles), label="style")
     return made, style, args
 
@@ -49,15 +62,33 @@ def test_compiles_like_hand_written(backend, examples):
     @given(cases())
     def check(case):
         made, style, args = case
-        check_like_control(made, style, args, compiled(backend), f"torch.compile(backend={backend!r}, fullgraph=True)")
+        check_like_control(
+            made,
+            style,
+            args,
+            compiled(backend),
+            f"torch.compile(backend={backend!r}, fullgraph=True)",
+        )
 
     check()
 
 
-MODES = [pytest.param(True, id="strict"), pytest.param(False, id="non-strict", marks=pytest.mark.skipif(not NON_STRICT, reason=f"torch {torch.__version__} has no non-strict export (torch >= 2.2)"))]
+MODES = [
+    pytest.param(True, id="strict"),
+    pytest.param(
+        False,
+        id="non-strict",
+        marks=pytest.mark.skipif(
+            not NON_STRICT,
+            reason=f"torch {torch.__version__} has no non-strict export (torch >= 2.2)",
+        ),
+    ),
+]
 
 
-@pytest.mark.skipif(EXPORT is None, reason=f"torch {torch.__version__} has no torch.export (torch >= 2.1)")
+@pytest.mark.skipif(
+    EXPORT is None, reason=f"torch {torch.__version__} has no torch.export (torch >= 2.1)"
+)
 @pytest.mark.parametrize("strict", MODES)
 @fresh
 def test_exports_like_hand_written(strict):

@@ -11,7 +11,7 @@ Function: the call must raise.
 from __future__ import annotations
 
 import importlib.util
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict
 
 import pytest
 import torch
@@ -20,12 +20,26 @@ from hypothesis import strategies as st
 
 import compatfn
 from differential_support import assert_same, budget, describe, first, observe, weights
-from function_specs import Arguments, Call, arguments, build, calls, canonical, defaults, specs, substitute
+from function_specs import (
+    Arguments,
+    Call,
+    arguments,
+    build,
+    calls,
+    canonical,
+    defaults,
+    specs,
+    substitute,
+)
 
-HAS_FUNC = importlib.util.find_spec("torch.func") is not None and hasattr(torch.autograd.Function, "setup_context")
-pytestmark = pytest.mark.skipif(not HAS_FUNC, reason=f"torch {torch.__version__} has no torch.func (torch >= 2.0)")
+HAS_FUNC = importlib.util.find_spec("torch.func") is not None and hasattr(
+    torch.autograd.Function, "setup_context"
+)
+pytestmark = pytest.mark.skipif(
+    not HAS_FUNC, reason=f"torch {torch.__version__} has no torch.func (torch >= 2.0)"
+)
 if HAS_FUNC and importlib.util.find_spec("torch._dynamo") is not None:
-    import torch._dynamo  # noqa: F401  torch 2.3's first transform needs it imported
+    import torch._dynamo
 
 Transform = Callable[[Callable[[torch.Tensor], Any], torch.Tensor], Any]
 
@@ -48,7 +62,7 @@ def under(transform: str, cls: Any, call: Call, args: Arguments) -> Any:
     ts = [t.detach().clone() for t in args.tensors]
 
     def f(x: torch.Tensor) -> Any:
-        a, kw = substitute(call, [x] + ts[1:])
+        a, kw = substitute(call, [x, *ts[1:]])
         return cls.apply(*a, **kw)
 
     return observe(lambda: (describe(TRANSFORMS[transform](f, ts[0])),))

@@ -10,9 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from differential_support import assert_same, in_context
+from differential_support import in_context
 from differential_traced import HAS_COMPILE, check_like_control, compiled
 from function_specs import PATTERNS, Arguments, Param, Spec, build, calls, defaults
+
 
 def _x(grad: bool = True) -> Arguments:
     return Arguments((torch.tensor(PATTERNS[0]),), (grad,), {}, ())

@@ -95,7 +95,9 @@ def call_styles(
     if len(defaulted) > 1:
         keywords = {p.name: sources[p.name] for p in defaulted[1:]}
         label = f"with {defaulted[0].name} left out and later defaults by keyword"
-        styles.append(CallStyle(label, _styled([sources[p.name] for p in required], keywords, kwargs)))
+        styles.append(
+            CallStyle(label, _styled([sources[p.name] for p in required], keywords, kwargs))
+        )
     return styles
 
 
@@ -135,7 +137,10 @@ def plain_style_failure(
     backward on copies of ``inputs``; the exception, or None when it works."""
     dynamo = importlib.import_module("torch._dynamo")
     dynamo.reset()
-    copies = [v.detach().clone().requires_grad_(v.requires_grad) if isinstance(v, torch.Tensor) else v for v in inputs]
+    copies = [
+        v.detach().clone().requires_grad_(v.requires_grad) if isinstance(v, torch.Tensor) else v
+        for v in inputs
+    ]
     try:
         out = torch.compile(style.wrap(control.apply), fullgraph=True, backend=backend)(
             *[v.clone() if isinstance(v, torch.Tensor) and v.requires_grad else v for v in copies]

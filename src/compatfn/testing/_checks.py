@@ -17,6 +17,7 @@ import torch
 
 import compatfn
 from compatfn import core
+from compatfn.testing._call_styles import CallStyle, call_styles, plain_control, plain_style_failure
 from compatfn.testing._case import (
     Case,
     diff_inputs,
@@ -26,7 +27,6 @@ from compatfn.testing._case import (
     tensors,
     weights,
 )
-from compatfn.testing._call_styles import CallStyle, call_styles, plain_control, plain_style_failure
 from compatfn.testing._compare import Comparison
 from compatfn.testing._compile_probes import read_dynamo_failure, torch_ctx_limitation
 
