@@ -24,7 +24,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 import torch
 from hypothesis import HealthCheck, settings
 
-from function_specs import WARNING, Arguments, Call, substitute
+from function_specs import WARNING
+from spec_arguments import Arguments, Call, substitute
 
 #: Multiplies every example budget: ``COMPATFN_HYPOTHESIS_PROFILE=nightly`` for manual runs.
 NIGHTLY = os.environ.get("COMPATFN_HYPOTHESIS_PROFILE", "") == "nightly"

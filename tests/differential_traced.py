@@ -14,7 +14,8 @@ from typing import Any, Callable, Dict, Tuple
 import torch
 
 from differential_support import Seen, assert_same, describe, grads_of, leaves, observe
-from function_specs import Arguments, Call, Made, calls, canonical, defaults, substitute
+from function_specs import Made
+from spec_arguments import Arguments, Call, calls, canonical, defaults, substitute
 
 HAS_COMPILE = hasattr(torch, "compile")
 EXPORT = getattr(getattr(torch, "export", None), "export", None)

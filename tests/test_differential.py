@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 import compatfn
 from differential_support import CONTEXTS, Seen, assert_same, budget, in_context
-from function_specs import Arguments, Made, arguments, build, calls, canonical, defaults, specs
+from function_specs import Made, build
+from spec_arguments import Arguments, arguments, calls, canonical, defaults, specs
 
 
 def classes_under_test(made: Made) -> List[Tuple[str, Any]]:

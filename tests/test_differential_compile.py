@@ -29,7 +29,8 @@ from differential_traced import (
     exported,
     traced,
 )
-from function_specs import Arguments, Made, arguments, build, calls, defaults, specs
+from function_specs import Made, build
+from spec_arguments import Arguments, arguments, calls, defaults, specs
 
 fresh = pytest.mark.usefixtures("fresh_dynamo")
 

@@ -20,17 +20,8 @@ from hypothesis import strategies as st
 
 import compatfn
 from differential_support import assert_same, budget, describe, first, observe, weights
-from function_specs import (
-    Arguments,
-    Call,
-    arguments,
-    build,
-    calls,
-    canonical,
-    defaults,
-    specs,
-    substitute,
-)
+from function_specs import build
+from spec_arguments import Arguments, Call, arguments, calls, canonical, defaults, specs, substitute
 
 HAS_FUNC = importlib.util.find_spec("torch.func") is not None and hasattr(
     torch.autograd.Function, "setup_context"

@@ -12,7 +12,8 @@ import torch
 
 from differential_support import in_context
 from differential_traced import HAS_COMPILE, check_like_control, compiled
-from function_specs import PATTERNS, Arguments, Param, Spec, build, calls, defaults
+from function_specs import Param, Spec, build
+from spec_arguments import PATTERNS, Arguments, calls, defaults
 
 
 def _x(grad: bool = True) -> Arguments:
