@@ -2,9 +2,10 @@
 
 ``nox`` runs the fast default subset (what CI runs); ``nox -l`` lists every session; ``nox -t cpu``
 runs the whole table (``python -m tools.run_matrix`` does that in disk-friendly batches). The table
-of releases lives in ``tools/matrix.py``, which also names the sessions: ``tests-X-Y``,
-``tests-X-Y-legacy``, ``cuda-X-Y`` and ``bench-X-Y`` for torch X.Y (dashes, never dots: nox reads
-``-s`` values as Python expressions, see ``matrix.session_name``). Every test session installs the
+of releases is ``compatfn.matrix`` (the same data users' noxfiles read), which also names the
+sessions: ``tests-X-Y``, ``tests-X-Y-legacy``, ``cuda-X-Y`` and ``bench-X-Y`` for torch X.Y (dashes,
+never dots: nox reads ``-s`` values as Python expressions, see ``matrix.session_name``); which of
+them run by default is ``tools/sessions.py``. Every test session installs the
 wheel built from this checkout (never the source tree), checks that it imported the torch it asked
 for, and writes JUnit XML to ``reports/junit/`` for ``nox -s report``.
 
@@ -25,11 +26,16 @@ import nox
 
 ROOT = Path(__file__).resolve().parent
 # nox loads this file by its path, so the repository root is not importable on its own: add it, to
-# import the project's tools as the package they are.
+# import the project's tools as the package they are. Importing them puts this checkout's src/ in
+# front of sys.path (tools/__init__.py), so ``compatfn.matrix`` below is this checkout's: the
+# package's __init__ resolves its API lazily and the matrix is standard library only, so nothing
+# here imports torch, which the Python running nox need not have.
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tools import matrix, report  # noqa: E402
+from tools import report, sessions  # noqa: E402
+
+from compatfn import matrix  # noqa: E402  (this checkout's: see above)
 
 nox.needs_version = ">=2024.3.2"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -54,7 +60,7 @@ def _tests_session(row: matrix.Row, *, legacy: bool) -> None:
         name=matrix.session_name("tests", row, legacy=legacy),
         python=row.python,
         tags=["cpu", "legacy"] if legacy else ["cpu"],
-        default=row.legacy_default if legacy else row.default,
+        default=sessions.default(row, legacy=legacy),
     )(tests)
 
 
@@ -91,12 +97,12 @@ def _bench_session(row: matrix.Row) -> None:
 
 for _row in matrix.ROWS:
     _tests_session(_row, legacy=False)
-    if _row.native:
+    if _row.setup_context:
         _tests_session(_row, legacy=True)
 for _row in matrix.ROWS:
     _cuda_session(_row)
 for _row in matrix.ROWS:
-    if _row.bench:
+    if _row.key in sessions.BENCH:
         _bench_session(_row)
 
 
@@ -109,16 +115,18 @@ def installed(session: nox.Session) -> None:
     session.run("python", "-m", "tools.check_installed", *args, external=True)
 
 
-@nox.session(python=matrix.LINT_PYTHON)
+@nox.session(python=sessions.LINT_PYTHON)
 def lint(session: nox.Session) -> None:
     """Ruff (lint, format check) over the repository; mypy over src/ (with torch) and tools/;
-    actionlint over .github/workflows (configured by .github/actionlint.yaml)."""
-    session.install(*matrix.LINT_DEPS)
+    actionlint over .github/workflows (configured by .github/actionlint.yaml) and the example
+    project's workflow."""
+    session.install(*sessions.LINT_DEPS)
     session.run("ruff", "check", *session.posargs)
     session.run("ruff", "format", "--check", *session.posargs)
     session.run("mypy")
     session.run("mypy", "--strict", "tools")
     session.run("actionlint")
+    session.run("actionlint", "examples/downstream/.github/workflows/tests.yml")
 
 
 @nox.session(name="report", python=False, default=False)
@@ -133,7 +141,7 @@ def report_(session: nox.Session) -> None:
     session.log(f"wrote {out.relative_to(ROOT)} and the support table in docs/support.md")
 
 
-@nox.session(python=matrix.LINT_PYTHON, default=False)
+@nox.session(python=sessions.LINT_PYTHON, default=False)
 def docs(session: nox.Session) -> None:
     """Build the documentation into docs/_build/html (warnings are errors) and run every example
     of README.md and docs/*.md on the newest torch (tests/test_docs.py)."""
@@ -152,7 +160,7 @@ def docs(session: nox.Session) -> None:
     session.run("pytest", "-q", "tests/test_docs.py", *session.posargs, env=env)
 
 
-@nox.session(python=matrix.LINT_PYTHON, default=False)
+@nox.session(python=sessions.LINT_PYTHON, default=False)
 def build(session: nox.Session) -> None:
     """Build the sdist and the wheel into dist/ and check them: twine check --strict,
     check-wheel-contents, the tests inside the sdist, and the wheel installed into a fresh
@@ -196,7 +204,8 @@ SDIST_MUST_HOLD = (
     "README.md",
     "CHANGELOG.md",
     "tox.toml",
-    "tools/matrix.py",
+    "tools/sessions.py",
+    "examples/downstream",
     ".ci/run",
 )
 
@@ -263,8 +272,8 @@ def _install(session: nox.Session, row: matrix.Row, *extra: str) -> None:
     wheel = _build_wheel(session)
     session.install(
         f"torch=={row.torch}",
-        *row.deps,
-        f"compatfn[{matrix.TEST_EXTRA},{matrix.MIGRATE_EXTRA}] @ {wheel.as_uri()}",
+        *row.pins,
+        f"compatfn[{sessions.TEST_EXTRA},{sessions.MIGRATE_EXTRA}] @ {wheel.as_uri()}",
         *extra,
     )
     # A reused venv (-r) already holds a compatfn 0.1.0: replace it with this build.

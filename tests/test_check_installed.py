@@ -19,8 +19,10 @@ from typing import Iterator
 import pytest
 import torch
 
+from compatfn import matrix
+
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ("matrix", "report", "check_installed")
+MODULES = ("report", "check_installed")
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +88,7 @@ def test_a_missing_optional_dependency_and_a_spent_time_box_are_visible_skips():
         "-p",
         "no:cacheprovider",
         "tests/test_binding.py",
-        "tests/test_matrix.py::test_report_shows_feature_words_and_lists",
+        "tests/test_report.py::test_report_shows_feature_words_and_lists",
         code="sys.modules['hypothesis'] = None  # import hypothesis fails as if not installed",
         PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
         COMPATFN_TEST_DEADLINE="1",  # 1970: spent before any test starts
@@ -129,7 +131,7 @@ def _check(folder: Path, torch_version: str, device: str, runs: dict) -> None:
 
 
 def test_report_fills_the_cuda_column_from_a_gpu_check(tools, tmp_path):
-    matrix, report = tools.matrix, tools.report
+    report = tools.report
     row = matrix.ROWS[-2]
     installed = tmp_path / "installed"
     _check(installed / "gpu", f"{row.key}.0+cu128", "NVIDIA H200", {"native": (10, 2)})

@@ -72,6 +72,26 @@ def test_signature_shows_user_parameters():
     assert "x, factor=2.0" in Scale.apply.__doc__
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda cls, x: cls.forward(x),
+        lambda cls, x: cls.forward(x, 3.0),
+        lambda cls, x: cls.forward(x, factor=3.0),
+    ],
+    ids=["defaults-left-out", "positional", "keyword"],
+)
+def test_forward_called_directly(call):
+    """README's rule 5: where the class has the legacy form (every torch for a forward with
+    defaults), a direct ``Fn.forward(...)`` is a TypeError that says to call ``Fn.apply``, never
+    a call of the user's forward with shifted arguments."""
+    x = torch.ones(2)
+    assert compatfn.mode(Scale) != "native"
+    with pytest.raises(TypeError, match=r"Scale.forward was called directly.*Call Scale.apply"):
+        call(Scale, x)
+    assert torch.equal(Scale.apply(x), x * 2)  # the class still works
+
+
 def test_pickled_by_reference():
     assert pickle.loads(pickle.dumps(Scale)) is Scale
 

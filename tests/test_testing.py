@@ -13,6 +13,7 @@ import torch
 import compatfn
 from compatfn.testing import CHECKS, CheckReport, check_function, saved_bytes
 from compatfn.testing._checks import REGISTRY
+from toy_functions import make_clip
 
 TORCH = compatfn.core.TORCH_VERSION
 HAS_HOOKS = hasattr(getattr(torch.autograd, "graph", None), "saved_tensors_hooks")
@@ -270,3 +271,12 @@ def test_saved_bytes_builtin_ops(device: torch.device) -> None:
 
 def test_every_check_is_registered() -> None:
     assert sorted(REGISTRY) == sorted(CHECKS)
+
+
+def test_an_undecorated_class_is_a_type_error_on_every_torch():
+    """The documented error, before any check runs: on torch 1.x the forward check would fail
+    first with torch's own "forward() takes 1 positional argument" otherwise."""
+    plain = make_clip(decorated=False)
+    x = torch.randn(4, dtype=torch.double, requires_grad=True)
+    with pytest.raises(TypeError, match="Clip is not decorated with @function; decorate the"):
+        check_function(plain, x)

@@ -14,7 +14,8 @@ import subprocess
 import sys
 from typing import Dict, List, Tuple
 
-from tools import matrix
+from compatfn import matrix
+from tools import sessions
 
 
 def installed() -> Dict[str, Tuple[int, ...]]:
@@ -31,7 +32,7 @@ def installed() -> Dict[str, Tuple[int, ...]]:
 
 
 def needed() -> List[str]:
-    minors = [matrix.LINT_PYTHON] + [row.python for row in matrix.ROWS]
+    minors = [sessions.LINT_PYTHON] + [row.python for row in matrix.ROWS]
     return list(dict.fromkeys(minors))
 
 

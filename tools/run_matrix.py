@@ -1,7 +1,7 @@
 """Run the whole support matrix in batches that clean up after themselves, then ``nox -s report``.
 
 Every CUDA build of torch costs 2-5 GB in the uv cache, so the full table does not fit on a small
-disk at once. The default rows of ``tools/matrix.py`` (what CI runs) use the normal uv cache and
+disk at once. The default rows (``tools/sessions.py``: what CI runs) use the normal uv cache and
 ``.nox/``, so they stay warm. All other rows run ``--batch-size`` releases at a time with their own
 uv cache and environment folder, both deleted when the batch ends (each torch is still downloaded
 only once per run: a row's plain and legacy-forced sessions share its batch). Free disk space is
@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 from typing import List, Sequence
 
-from tools import matrix
+from compatfn import matrix
+from tools import sessions as own
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "reports" / "logs"
@@ -36,7 +37,7 @@ def sessions(rows: Sequence[matrix.Row], cuda: bool, legacy: bool = True) -> Lis
     names = []
     for row in rows:
         names.append(matrix.session_name("tests", row))
-        if row.native and (legacy or row.default):
+        if row.setup_context and (legacy or own.default(row)):
             names.append(matrix.session_name("tests", row, legacy=True))
         if cuda:
             names.append(matrix.session_name("cuda", row))
@@ -98,8 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     rows = [matrix.row(key) for key in args.only] if args.only else list(matrix.ROWS)
-    warm = [r for r in rows if r.default]
-    cold = [r for r in rows if not r.default]
+    warm = [r for r in rows if own.default(r)]
+    cold = [r for r in rows if not own.default(r)]
     batches = [("default", warm, False)] if warm else []
     for start in range(0, len(cold), args.batch_size):
         chunk = cold[start : start + args.batch_size]

@@ -1,5 +1,5 @@
-"""Command line: ``python -m compatfn`` (report and self-check), ``python -m compatfn vendor`` and
-``python -m compatfn migrate``.
+"""Command line: ``python -m compatfn`` (report and self-check), ``python -m compatfn vendor``,
+``python -m compatfn migrate`` and ``python -m compatfn matrix``.
 
 Examples::
 
@@ -7,10 +7,11 @@ Examples::
     python -m compatfn --json   # the same, as JSON
     python -m compatfn vendor mypkg/_autograd_compat.py  # write the vendorable core
     python -m compatfn migrate src/mypkg --write  # legacy Functions -> setup_context style
+    python -m compatfn matrix --format github  # the torch releases to test on, for CI
 
 Exit status: 0 success, 1 a failed self-check, a file that cannot be written or a stdout closed
 early (``| head``), 2 a usage error (bad arguments, an existing destination without ``--force``, a
-bad ``COMPATFN_LEGACY``). ``vendor`` never imports torch.
+bad ``COMPATFN_LEGACY``, bad ``matrix`` filters). ``vendor`` and ``matrix`` never import torch.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import compatfn
 from compatfn import _exports
+from compatfn import _matrix_cli as matrix_cli
 from compatfn.migrate import _cli as migrate_cli
 
 HEADER = """\
@@ -293,6 +295,7 @@ def _parser() -> argparse.ArgumentParser:
     vend.add_argument("dest", type=Path, help="the .py file to write, e.g. mypkg/_compat.py")
     vend.add_argument("--force", action="store_true", help="overwrite DEST if it exists")
     migrate_cli.add_parser(sub)
+    matrix_cli.add_parser(sub)
     return parser
 
 
@@ -332,6 +335,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _vendor_command(args.dest, args.force)
     if args.command == "migrate":
         return migrate_cli.main(args)
+    if args.command == "matrix":
+        return matrix_cli.main(args)
     return _report_command(args.json)
 
 
@@ -346,10 +351,15 @@ def _exit_quietly_on_closed_pipe() -> int:
     return 1
 
 
-if __name__ == "__main__":
+def console() -> int:
+    """The ``compatfn`` command and ``python -m compatfn``: :func:`main`, quiet on a closed pipe."""
     try:
         status = main()
         sys.stdout.flush()
     except BrokenPipeError:
         status = _exit_quietly_on_closed_pipe()
-    sys.exit(status)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(console())

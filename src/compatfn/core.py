@@ -34,6 +34,7 @@ torch, class               the class    ``apply`` calls        dynamo traces  to
 2.0-2.12 ("dual")          legacy form  C-level apply (bound)  the class      a copy
 2.13-2.14 ("native")       as written   C-level apply (bound)  the class      the class
 2.15+ ("native")           as written   C apply, on the copy   the class      the class
+defaults, 2.x ("dual")     legacy form  C-level apply (bound)  the class      a copy
 intermediates= ("dual")    legacy form  C-level apply (bound)  the class      a copy
 forced ("legacy")          legacy form  torch's apply          the class      refused
 written legacy ("legacy")  as written   torch's apply          the class      torch's error
@@ -857,6 +858,28 @@ def generated_function(template: str, globals_: Dict[str, Any], taken: set, file
     return namespace[renamed["function"]]
 
 
+# NOTE: [forward called directly]
+# Where a class has the legacy form, ``Fn.forward`` is the adapter ``forward(ctx, ...)``, so a
+# direct ``Fn.forward(x)`` (README rule 5: call ``Fn.apply``) would bind ``x`` to ctx and fail
+# with a message about a missing argument, or run the user's forward with shifted arguments. The
+# adapter's parameters after ctx all have defaults (``_NOT_GIVEN`` for required ones; torch always
+# passes them all), and its first line checks that ctx is one, raising the TypeError below
+# otherwise (an ``isinstance`` per call, which dynamo traces). ``_NOT_GIVEN`` is a string because
+# dynamo wraps every default of a function it inlines, and takes only literals (torch 2.1:
+# "Unexpected type in sourceless builder <class 'object'>" for an ``object()``).
+_NOT_GIVEN = "<not given: call Fn.apply(...), not Fn.forward(...)>"
+
+
+def _forward_called_directly(forward: Callable) -> TypeError:
+    name = getattr(forward, "__qualname__", "forward").rpartition(".forward")[0] or "Fn"
+    return TypeError(
+        f"{name}.forward was called directly, without ctx: @function gave {name} the legacy form "
+        f"forward(ctx, ...) on this torch. Call {name}.apply(...) (or a function made with "
+        f"functional({name})), never {name}.forward(...) (rule 5 of writing a Function); "
+        f"{name}.forward.__wrapped__ is your forward, if you need its math alone."
+    )
+
+
 def _legacy_forward(
     forward: Callable,
     setup_context: Optional[Callable],
@@ -876,7 +899,7 @@ def _legacy_forward(
     signature = inspect.signature(forward)
     params = list(signature.parameters.values())
     taken = {p.name for p in params}
-    ctx, user_forward, user_setup_context, output, finisher, adapter, error = (
+    ctx, user_forward, user_setup_context, output, finisher, adapter, error, ctx_type, direct = (
         _fresh_name(base, taken)
         for base in (
             "ctx",
@@ -886,6 +909,8 @@ def _legacy_forward(
             "finish",
             "legacy_forward",
             "error",
+            "FunctionCtx",
+            "called_directly",
         )
     )
     header, names = [ctx], []
@@ -898,7 +923,12 @@ def _legacy_forward(
             header.append("/")
     call, inputs = ", ".join(names), ("(" + ", ".join(names) + ",)") if names else "()"
     tensor = _fresh_name("Tensor", taken)
-    source = f"def {adapter}({', '.join(header)}):\n    {output} = {user_forward}({call})\n"
+    source = (
+        f"def {adapter}({', '.join(header)}):\n"
+        f"    if not isinstance({ctx}, {ctx_type}):\n"  # See NOTE: [forward called directly]
+        f"        raise {direct}()\n"
+        f"    {output} = {user_forward}({call})\n"
+    )
     if intermediates is not None:
         k = intermediates[0]
         source += (
@@ -920,10 +950,16 @@ def _legacy_forward(
         finisher: finish,
         tensor: torch.Tensor,
         error: intermediates[1] if intermediates is not None else None,
+        ctx_type: _FunctionCtx,
+        direct: functools.partial(_forward_called_directly, forward),
     }
     what = f"{getattr(forward, '__qualname__', 'forward')}: the legacy form @function generated"
     legacy: Any = functools.update_wrapper(_generated(source, what, namespace, adapter), forward)
-    legacy.__defaults__ = tuple(p.default for p in params if p.default is not p.empty) or None
+    legacy.__defaults__ = tuple(
+        _NOT_GIVEN if p.default is p.empty else p.default
+        for p in params
+        if p.kind is not p.VAR_POSITIONAL
+    ) or None
     legacy.__signature__ = signature.replace(
         parameters=[inspect.Parameter(ctx, inspect.Parameter.POSITIONAL_ONLY), *params]
     )
@@ -1653,14 +1689,15 @@ def mode(cls: type) -> str:
     ``"native"``: the class is as written (setup_context style) and torch runs it as is.
     ``"dual"``: the class has the legacy form ``forward(ctx, ...)``, which torch, dynamo and
     torch.export see, and a setup_context-style copy runs under torch.func (torch 2.0-2.12, and
-    ``intermediates=`` classes on every torch 2.x). ``"legacy"``: the legacy form on the legacy
+    on every torch 2.x a forward with defaults and ``intermediates=`` classes). ``"legacy"``: the legacy form on the legacy
     path, which torch.func refuses (torch 1.x, ``legacy=True``, ``COMPATFN_LEGACY=1``, a class
     written in the legacy form). Where the class has the legacy form, ``cls.forward`` is the
     adapter and ``cls.forward.__wrapped__`` your forward.
 
     Example::
 
-        mode(ClippedReLU)  # "native" on torch >= 2.13, "dual" on 2.0-2.12, "legacy" on 1.x
+        mode(Square)  # "native" on torch >= 2.13, "dual" on 2.0-2.12, "legacy" on 1.x
+        mode(ClippedReLU)  # "dual" on every torch 2.x (forward has a default), "legacy" on 1.x
     """
     record = _record(cls)
     if record.legacy_path:

@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from compatfn import core
 from compatfn.library import opcheck
 from compatfn.testing._case import Case, is_function_class
 from compatfn.testing._checks import REGISTRY
@@ -108,6 +109,8 @@ def check_function(
     from kinks for the numerical checks. Raises ``AssertionError`` naming the Function and the
     check on the first failure; returns a :class:`CheckReport` otherwise.
     """
+    if is_function_class(fn):
+        core.mode(fn)  # the TypeError for an undecorated class, first and on every torch
     wanted = list(CHECKS) if checks is None else list(checks)
     unknown = [c for c in wanted if c not in CHECKS]
     if unknown:
