@@ -54,7 +54,7 @@ def check_spec(made: Made, args: Arguments, contexts: Any = None) -> None:
                 assert_same(got, expected, f"{label}, {style} call, {context}\n{made.source}")
 
 
-@budget(25)
+@budget(60)
 @given(st.data())
 def test_eager_contexts_agree_with_hand_written(data):
     made = build(data.draw(specs(), label="spec"))

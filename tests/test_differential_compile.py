@@ -49,9 +49,9 @@ def cases(draw: Any) -> Tuple[Made, str, Arguments]:
 
 
 BACKENDS = [
-    pytest.param("eager", 4),
-    pytest.param("aot_eager", 4),
-    pytest.param("inductor", 1),
+    pytest.param("eager", 8),
+    pytest.param("aot_eager", 8),
+    pytest.param("inductor", 2),
 ]
 
 
@@ -93,7 +93,7 @@ MODES = [
 @pytest.mark.parametrize("strict", MODES)
 @fresh
 def test_exports_like_hand_written(strict):
-    @budget(3)
+    @budget(4)
     @given(cases())
     def check(case):
         made, style, args = case
@@ -102,7 +102,7 @@ def test_exports_like_hand_written(strict):
     check()
 
 
-@budget(6)
+@budget(12)
 @given(cases())
 def test_jit_trace_like_hand_written(case):
     made, style, args = case

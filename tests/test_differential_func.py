@@ -59,7 +59,7 @@ def under(transform: str, cls: Any, call: Call, args: Arguments) -> Any:
     return observe(lambda: (describe(TRANSFORMS[transform](f, ts[0])),))
 
 
-@budget(8)
+@budget(16)
 @given(st.data())
 def test_torch_func_like_undecorated(data):
     made = build(data.draw(specs(func=True), label="spec"))
