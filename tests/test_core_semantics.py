@@ -9,6 +9,8 @@ tests through the legacy adapter.
 from __future__ import annotations
 
 import threading
+import warnings
+from typing import Any, Callable, List, Optional, Tuple
 
 import pytest
 import torch
@@ -682,3 +684,69 @@ def test_missing_trailing_gradient_padded_without_defaults(device):
     assert torch.equal(x.grad, y)
     with pytest.raises(RuntimeError, match=r"TwoInputs\.backward returned 1 gradient.*'y'"):
         TwoInputs.apply(x, y.requires_grad_()).sum().backward()
+
+
+def _warning_places(op: Callable[..., Any]) -> List[Tuple[str, int]]:
+    """Where ``warnings.warn(..., stacklevel=2)`` in forward, then backward, points, for a call
+    of ``op`` (both Functions are called from the same line)."""
+    x = torch.ones(2, requires_grad=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        op(x, 2.0).sum().backward()
+    return [(w.filename, w.lineno) for w in caught]
+
+
+def _warning_classes(defaults: bool, legacy: Optional[bool]) -> Tuple[Any, Any]:
+    """A hand-written legacy Function and a decorated class of the same math, each warning with
+    ``stacklevel=2`` in forward and in backward (``defaults``: forward has one)."""
+
+    class HandWritten(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, factor=2.0):
+            warnings.warn("in forward", stacklevel=2)
+            ctx.factor = factor
+            return x * factor
+
+        @staticmethod
+        def backward(ctx, grad):
+            warnings.warn("in backward", stacklevel=2)
+            return grad * ctx.factor, None
+
+    class Decorated(torch.autograd.Function):
+        @staticmethod
+        def forward(x, factor):
+            warnings.warn("in forward", stacklevel=2)
+            return x * factor
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            _, factor = inputs
+            ctx.factor = factor
+
+        @staticmethod
+        def backward(ctx, grad):
+            warnings.warn("in backward", stacklevel=2)
+            return grad * ctx.factor, None
+
+    if defaults:
+        Decorated.forward = staticmethod(_with_default(Decorated.forward))
+    return HandWritten, compatfn.function(Decorated, legacy=legacy)
+
+
+def _with_default(forward: Callable[..., Any]) -> Callable[..., Any]:
+    forward.__defaults__ = (2.0,)
+    return forward
+
+
+@pytest.mark.parametrize("legacy", [None, True], ids=["default-path", "legacy-forced"])
+@pytest.mark.parametrize("defaults", [False, True], ids=["no-default", "default"])
+@pytest.mark.parametrize("how", ["apply", "functional"])
+def test_a_warning_points_where_the_hand_written_functions_does(how, defaults, legacy):
+    """``stacklevel=2`` in forward points at the caller of apply where torch's apply is C (1.x,
+    2.15+) and at torch's Python apply on 2.0-2.14, in backward at torch's backward node: the same
+    for a decorated class, whatever frames compatfn adds (NOTE: [the frames of a call])."""
+    hand_written, decorated = _warning_classes(defaults, legacy)
+    op = compatfn.functional(decorated) if how == "functional" else decorated.apply
+    expected = _warning_places(hand_written.apply)
+    assert len(expected) == 2, expected
+    assert _warning_places(op) == expected

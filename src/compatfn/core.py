@@ -174,13 +174,6 @@ C_APPLY_BINDS_DEFAULTS = HAS_SETUP_CONTEXT and _TORCH_APPLY is _C_APPLY
 # Upstream: https://github.com/pytorch/pytorch/pull/108561
 APPLY_FILLS_DEFAULTS = HAS_SETUP_CONTEXT and TORCH_VERSION >= (2, 2)
 
-# torch 2.0-2.14 unwrap dead functorch wrappers in Function.apply; apply here does the same.
-_unwrap_dead_wrappers: Optional[Callable[[tuple], tuple]]
-try:
-    from torch._functorch.utils import unwrap_dead_wrappers as _unwrap_dead_wrappers
-except ImportError:  # torch 1.x (no functorch in core)
-    _unwrap_dead_wrappers = None
-
 # --- torch.compile / dynamo ---
 
 #: torch 2.0-2.3: dynamo rejects setup_context-style Functions ("NYI - autograd.Function with
@@ -761,7 +754,7 @@ def _complete_gradients(cls: type, backward: Callable, binder: _Binder, expand: 
                     )
         return result + (None,) * (total - count)
 
-    return completed
+    return _hide_frame(completed)
 
 
 # NOTE: [non-tensor outputs on torch 1.8]
@@ -807,11 +800,41 @@ def _gradients_in_place(grads: tuple, layout: Tuple[tuple, int]) -> tuple:
     return tuple(full)
 
 
+# NOTE: [the frames of a call]
+# A warning raised in the user's forward or backward with ``warnings.warn(..., stacklevel=2)``
+# must point where it points for a hand-written Function: at the caller of ``apply`` where
+# torch's apply is C (torch 1.x, 2.15+), at torch's Python ``Function.apply`` (2.0-2.14), at
+# torch's ``BackwardCFunction.apply`` for backward. CPython's warnings skip, while counting
+# stacklevel, frames whose file name contains both "importlib" and "_bootstrap" (its import
+# machinery). The frames this module adds to a call (apply, ``functional``'s function, the legacy
+# form's forward, backward's gradient padding) carry such a file name, so the count skips them as
+# it skips import frames; tracebacks still show their lines (kept in ``linecache``). And eager
+# calls go through torch's own apply, as a hand-written Function's do.
+_HIDDEN = "hidden from warnings' stacklevel as importlib._bootstrap frames are"
+
+
+def _hidden_filename(what: str) -> str:
+    return f"<{what}, {_HIDDEN}>"
+
+
+#: The file name of this module's functions that run within a call (see ``_hide_frame``).
+_MODULE_FILENAME = _hidden_filename(f"{__name__}, the adapter's call")
+linecache.cache[_MODULE_FILENAME] = (0, None, linecache.getlines(__file__), _MODULE_FILENAME)
+
+
+def _hide_frame(fn: Any) -> Any:
+    """Give ``fn`` (a function of this module) the hidden file name; its lines are this module's.
+    See NOTE: [the frames of a call]."""
+    fn.__code__ = fn.__code__.replace(co_filename=_MODULE_FILENAME)
+    return fn
+
+
 def _generated(source: str, what: str, namespace: Dict[str, Any], name: str) -> Callable:
-    """Compile ``source`` and return its function ``name``. Its file name, ``<what>``, says whose
-    code it is and what it does, for tracebacks and for torch.jit.script's errors; the source is
-    kept in ``linecache`` so that both show it."""
-    filename = f"<{what}>"
+    """Compile ``source`` and return its function ``name``. Its file name says whose code it is
+    and what it does, for tracebacks and for torch.jit.script's errors, and hides it from
+    warnings' stacklevel (NOTE: [the frames of a call]); the source is kept in ``linecache`` so
+    that tracebacks show it."""
+    filename = _hidden_filename(what)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), namespace)
     return namespace[name]  # type: ignore[no-any-return]
@@ -1063,8 +1086,9 @@ def _flattened_copy(cls: type, namespace: Dict[str, Any], suffix: str) -> type:
 
 
 def _legacy_copy(cls: type, forward: Callable, setup_context: Callable) -> type:
-    """The legacy-form copy of a native class: run for eager calls where torch's C-level apply
-    binds on every call (``C_APPLY_BINDS_DEFAULTS``)."""
+    """The legacy-form copy of a native class, run for eager calls: torch's apply binds a
+    setup_context-style class with ``inspect.signature`` on every call (in Python on 2.2-2.14, in
+    C from 2.15, ``C_APPLY_BINDS_DEFAULTS``), never a legacy-form one."""
     return _flattened_copy(cls, _legacy_form(forward, setup_context), "legacy")
 
 
@@ -1273,15 +1297,8 @@ def _apply_reassembling(bind: Callable, run: Callable, low: int, high: int) -> C
     return apply
 
 
-def _apply_native(
-    binder: _Binder,
-    run: Callable,
-    under_transforms: Callable,
-    unwrap: Optional[Callable],
-    cls: Any,
-) -> Callable:
-    """torch >= 2.0. Under active torch.func transforms the call goes to ``under_transforms``;
-    ``unwrap`` is torch's dead-wrapper unwrapping, done as torch 2.0-2.14's own apply does it.
+def _apply_native(binder: _Binder, run: Callable, under_transforms: Callable, cls: Any) -> Callable:
+    """torch >= 2.0. Under active torch.func transforms the call goes to ``under_transforms``.
     While dynamo traces this function (``torch.compile(Fn.apply)``, or ``op = Fn.apply`` called in
     compiled code), the bound call goes to ``cls.apply``, which dynamo intercepts itself;
     non-strict torch.export runs the eager code."""
@@ -1297,8 +1314,6 @@ def _apply_native(
             args = bind(args, kwargs)
         if transforms_active():
             return under_transforms(*args)
-        if unwrap is not None:
-            args = unwrap(args)
         return run(*args)
 
     return apply
@@ -1357,23 +1372,17 @@ def _build_apply(cls: Any, record: _Decoration) -> Callable:
     if record.legacy_path:  # torch's own apply runs the legacy form
         refuse = not record.written_legacy
         under = _raiser(_forced_legacy_refusal(name)) if refuse else torch_apply
-        return _apply_native(binder, torch_apply, under, None, cls)
+        return _apply_native(binder, torch_apply, under, cls)
     prepare_torch_func()
+    # Eager calls run torch's own apply on a class in the legacy form (see NOTE: [the frames of
+    # a call]), for which torch never binds with inspect: the class itself where it has that
+    # form, else its legacy-form copy (torch.func and torch.compile use the class itself).
     if record.func_copy is not None:  # See NOTE: [the class takes the legacy form]
-        eager = _C_APPLY.__get__(None, cls)
         under_transforms = _func_copy_apply(record.func_copy, record.intermediates)
-        return _apply_native(binder, eager, under_transforms, _unwrap_dead_wrappers, cls)
-    if C_APPLY_BINDS_DEFAULTS:
-        # torch >= 2.15 binds defaults inside its C-level apply, calling inspect.signature(forward)
-        # .bind on every call. The legacy-form copy runs forward and setup_context identically
-        # without that cost; torch.func and torch.compile use the class itself.
-        assert record.legacy_copy is not None
-        eager = _C_APPLY.__get__(None, record.legacy_copy)
-        return _apply_native(binder, eager, torch_apply, None, cls)
-    # torch 2.0-2.14: torch's Python apply binds with inspect (2.2+) and then calls the C-level
-    # apply; call the latter with the tuple bound here.
-    eager = _C_APPLY.__get__(None, cls)
-    return _apply_native(binder, eager, torch_apply, _unwrap_dead_wrappers, cls)
+        return _apply_native(binder, torch_apply, under_transforms, cls)
+    assert record.legacy_copy is not None
+    eager = _TORCH_APPLY.__get__(None, record.legacy_copy)
+    return _apply_native(binder, eager, torch_apply, cls)
 
 
 # --- decoration --------------------------------------------------------------------------------
@@ -1629,8 +1638,7 @@ def _transform_setup_context_class(cls: Any, record: _Decoration, forward: Calla
         _set(cls, record, target, staticmethod(backward))
     setup_context = _autocast_setup_context(cls, record, forward)
     if not record.in_legacy_form:
-        if C_APPLY_BINDS_DEFAULTS:
-            record.legacy_copy = _legacy_copy(cls, forward, setup_context)
+        record.legacy_copy = _legacy_copy(cls, forward, setup_context)
         return
     k = record.intermediates
     if record.dual and HAS_TORCH_FUNC:
@@ -1667,7 +1675,7 @@ def _script_as_python_call(fn: Callable, modifier: str) -> None:
 
 
 def _install_apply(cls: Any, record: _Decoration) -> None:
-    apply = _build_apply(cls, record)
+    apply = _hide_frame(_build_apply(cls, record))
     name = cls.__qualname__
     apply.__doc__ = f"Apply {name}; arguments as for forward{inspect.signature(record.forward)}."
     apply.__module__ = cls.__module__
@@ -1752,6 +1760,7 @@ def functional(cls: Any) -> Callable[..., Any]:
             return cls.apply(*bind(args, kwargs))
         return apply(*args, **kwargs)
 
+    _hide_frame(call)
     call.__doc__ = forward.__doc__ or cls.__doc__
     if record.written_legacy:  # show forward's parameters without ctx
         signature = inspect.signature(forward)
