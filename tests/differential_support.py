@@ -42,11 +42,9 @@ def budget(examples: int) -> settings:
     )
 
 
-#: Whether the place a forward's ``warnings.warn(..., stacklevel=2)`` points to is compared. Off
-#: while the core points it at its own generated code: test_differential_regressions.py
-#: ``test_warning_in_forward_points_where_hand_written_does`` (strict xfail) tracks it; turn this
-#: on when that test passes.
-WARNING_PLACES_CHECKED = False
+#: Whether the place a forward's ``warnings.warn(..., stacklevel=2)`` points to is compared
+#: (``test_warning_in_forward_points_where_hand_written_does`` is its shrunk case).
+WARNING_PLACES_CHECKED = True
 
 
 class Seen(NamedTuple):

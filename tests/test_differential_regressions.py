@@ -2,7 +2,7 @@
 
 A difference that is a core bug not fixed yet is a strict xfail naming it: it turns into a
 failure the moment the core is fixed, and the xfail (and its entry in
-``differential_traced.KNOWN_CORE_BUGS`` or ``differential_support.WARNING_PLACES_CHECKED``) goes.
+``differential_traced.known_core_bug``) goes.
 """
 
 from __future__ import annotations
@@ -11,7 +11,14 @@ import pytest
 import torch
 
 from differential_support import in_context
-from differential_traced import HAS_COMPILE, check_like_control, compiled
+from differential_traced import (
+    EXPORT,
+    HAS_COMPILE,
+    VARARGS_EXPORT_BUG,
+    check_like_control,
+    compiled,
+    exported,
+)
 from function_specs import Param, Spec, build
 from spec_arguments import PATTERNS, Arguments, calls, defaults
 
@@ -30,12 +37,6 @@ def test_compiled_in_place_with_bool_default_left_out():
     check_like_control(made, "left-out", _x(), compiled("aot_eager"), what)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: warnings.warn(..., stacklevel=2) in a decorated forward points at "
-    "compatfn's generated code, not where the hand-written Function's points; see "
-    "diff27-findings",
-)
 def test_warning_in_forward_points_where_hand_written_does():
     """``forward(x)`` that warns with ``stacklevel=2``, called positionally with grad."""
     made = build(Spec(warn=True))
@@ -45,3 +46,17 @@ def test_warning_in_forward_points_where_hand_written_does():
     got = in_context(made.decorated, call, args, "grad")
     assert len(expected.warnings) == 1
     assert got.warnings == expected.warnings
+
+
+@pytest.mark.skipif(EXPORT is None, reason=f"torch {torch.__version__} has no torch.export")
+@pytest.mark.xfail(
+    VARARGS_EXPORT_BUG,
+    strict=True,
+    reason="core bug: strict torch.export of forward(x, *rest) called with no *rest fails on "
+    "the native path of torch 2.13-2.14 (Unsupported: Observed exception); see diff27-findings",
+)
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_strict_export_of_empty_varargs():
+    """``forward(x, *rest)`` called ``apply(x)``, in a module exported strictly."""
+    made = build(Spec(rest=True))
+    check_like_control(made, "positional", _x(grad=False), exported(True), "torch.export(strict)")
