@@ -7,9 +7,11 @@ at the start of every build (into ``docs/_generated/``, never committed).
 
 from __future__ import annotations
 
+import re
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 # torch warns at import where NumPy is missing; the docs never need NumPy.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
@@ -42,3 +44,23 @@ html_theme = "furo"
 html_title = f"compatfn {release}"
 
 perf_page.write(ROOT / "benchmarks" / "results", Path(__file__).parent / "_generated")
+
+
+#: Internal type variables in annotations -> what they stand for, as the API reference shows them.
+USER_FACING_TYPES = {"_F": "type[torch.autograd.Function]"}
+_INTERNAL = re.compile(r"(~compatfn\.core\.)?\b(" + "|".join(USER_FACING_TYPES) + r")\b")
+
+
+def _user_facing_types(app: Any, domain: str, objtype: str, content: Any) -> None:
+    """Show core's ``_F`` (the class being decorated) as what it is, in the signatures and in
+    the type hints autodoc has merged into the description (priority 500: plain text there)."""
+    from docutils import nodes
+
+    for text in list(content.parent.findall(nodes.Text)):
+        shown = _INTERNAL.sub(lambda m: USER_FACING_TYPES[m.group(2)], str(text))
+        if shown != str(text):
+            text.parent.replace(text, nodes.Text(shown))
+
+
+def setup(app: Any) -> None:
+    app.connect("object-description-transform", _user_facing_types, priority=600)

@@ -84,7 +84,9 @@ def _compile_error(cls: Any, call: str, grad: bool) -> Optional[str]:
 def test_dynamo_fact_matches_this_torch(call: str, grad: bool) -> None:
     fact = CASES[(call, grad)]()
     two_defaults = call in DEFAULT_CALLS
-    undecorated_cls = make_clip_scale(decorated=False) if two_defaults else make_clip(decorated=False)
+    undecorated_cls = (
+        make_clip_scale(decorated=False) if two_defaults else make_clip(decorated=False)
+    )
     control_cls = make_hand_written_clip_scale() if two_defaults else make_hand_written_clip()
     undecorated = _compile_error(undecorated_cls, call, grad)
     control = _compile_error(control_cls, call, grad)

@@ -107,7 +107,9 @@ def test_decorating_twice_is_harmless():
 def test_decorating_twice_with_contradicting_mode_raises():
     if compatfn.mode(Scale) == "legacy":
         pytest.skip("Scale already runs on the legacy path here (torch 1.x or COMPATFN_LEGACY=1)")
-    with pytest.raises(TypeError, match=f"Scale: already decorated in {expected_mode(defaults=True)} mode"):
+    with pytest.raises(
+        TypeError, match=f"Scale: already decorated in {expected_mode(defaults=True)} mode"
+    ):
         compatfn.function(legacy=True)(Scale)
 
 

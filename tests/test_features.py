@@ -16,7 +16,7 @@ import torch
 from packaging.version import Version
 
 import compatfn
-from compatfn import core, library
+from compatfn import _features, core, library
 from compatfn.library import _facts as library_facts
 
 TORCH = Version(str(torch.__version__)).release[:2]
@@ -74,7 +74,7 @@ def test_a_failing_probe_reports_error_and_why(name: str, probe: str, monkeypatc
     def broken() -> bool:
         raise RuntimeError("the probe broke")
 
-    monkeypatch.setattr(core, probe, broken)
+    monkeypatch.setattr(_features, probe, broken)
     features = compatfn.features()
     assert features[name] == "error: RuntimeError: the probe broke"
     others = {k: v for k, v in features.items() if k != name}

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from compatfn import core, library
+import compatfn
+from compatfn import library
 from compatfn.library import _facts, _registration
 from library_support import (
     TIERS,
@@ -116,7 +117,7 @@ def test_docs_inplace_op_compiles_fullgraph(docs):
     assert torch.equal(got, f(x))
 
 
-EXPORT_MODES = core.features()["export"]
+EXPORT_MODES = compatfn.features()["export"]
 
 
 @pytest.mark.parametrize("mode", ["strict", "non-strict"])

@@ -13,11 +13,11 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from compatfn import __main__ as cli
-from compatfn import core, matrix
+from compatfn import _features, matrix
 
 
 def test_report_drops_only_the_numpy_warning(monkeypatch: pytest.MonkeyPatch):
-    features = core.features()
+    features = _features.features()
 
     def warning_features() -> Dict[str, Any]:
         # What torch raises at import where NumPy is missing, and one warning that must stay.
@@ -26,7 +26,7 @@ def test_report_drops_only_the_numpy_warning(monkeypatch: pytest.MonkeyPatch):
         warnings.warn("some other warning from torch", UserWarning, stacklevel=1)
         return features
 
-    monkeypatch.setattr(core, "features", warning_features)
+    monkeypatch.setattr(_features, "features", warning_features)
     monkeypatch.setattr(cli, "selfcheck", lambda: [])
     assert cli.report()["warnings"] == ["UserWarning: some other warning from torch"]
 

@@ -221,7 +221,9 @@ def make_hand_written_clip_scale() -> Any:
 
 
 #: The ways users call a two-default Function, each with the ``(clip, scale)`` it means.
-DEFAULT_CALLS: Dict[str, Tuple[Callable[[Any, torch.Tensor], torch.Tensor], Tuple[float, float]]] = {
+DEFAULT_CALLS: Dict[
+    str, Tuple[Callable[[Any, torch.Tensor], torch.Tensor], Tuple[float, float]]
+] = {
     "defaults-left-out": (lambda cls, t: cls.apply(t), (1.0, 2.0)),
     "one-default-left-out": (lambda cls, t: cls.apply(t, 0.5), (0.5, 2.0)),
     "keywords": (lambda cls, t: cls.apply(t, clip=0.5, scale=3.0), (0.5, 3.0)),

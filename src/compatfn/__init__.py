@@ -36,18 +36,19 @@ from compatfn import _exports
 __version__ = "0.1.0"
 
 # The public API is ``__version__`` and the ``__all__`` of the modules in
-# ``_exports.PUBLIC_MODULES`` (core's and library's), read from their source. ``__all__``, the
-# names and the submodules are resolved on first use (PEP 562), so that ``import compatfn`` and
-# commands that need no torch, such as ``python -m compatfn vendor``, never import it.
+# ``_exports.PUBLIC_MODULES`` (core's, _features' and library's), read from their source.
+# ``__all__``, the names and the submodules are resolved on first use (PEP 562), so that
+# ``import compatfn`` and commands that need no torch, such as ``python -m compatfn vendor``,
+# never import it.
 
 #: Submodules reachable as attributes (``compatfn.testing``) without an import statement.
 _SUBMODULES = ("core", "library", "migrate", "relu", "relu_ops", "testing")
 
 if TYPE_CHECKING:  # for type checkers, which cannot run the code below; a test keeps it in step
+    from compatfn._features import features as features
     from compatfn.core import as_legacy as as_legacy
     from compatfn.core import custom_bwd as custom_bwd
     from compatfn.core import custom_fwd as custom_fwd
-    from compatfn.core import features as features
     from compatfn.core import function as function
     from compatfn.core import functional as functional
     from compatfn.core import mode as mode

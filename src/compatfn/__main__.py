@@ -183,9 +183,9 @@ def report() -> Dict[str, Any]:
         warnings.filterwarnings("ignore", message=NUMPY_WARNING)
         import torch
 
-        from compatfn import core, library, relu
+        from compatfn import _features, core, library, relu
 
-        features = core.features()
+        features = _features.features()
         data = {
             "compatfn": compatfn.__version__,
             "torch": str(torch.__version__),

@@ -13,7 +13,7 @@ from typing import Dict, List
 
 #: The modules whose ``__all__`` is part of ``compatfn``'s own public API, in order. A module
 #: added here needs its names in ``__init__``'s ``TYPE_CHECKING`` block too.
-PUBLIC_MODULES = ("core", "library")
+PUBLIC_MODULES = ("core", "_features", "library")
 
 
 def names_in_all(source: str) -> List[str]:

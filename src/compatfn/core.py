@@ -73,7 +73,6 @@ __all__ = [
     "as_legacy",
     "custom_bwd",
     "custom_fwd",
-    "features",
     "function",
     "functional",
     "mode",
@@ -226,25 +225,11 @@ COMPILES_SETUP_CONTEXT = HAS_SETUP_CONTEXT and not DYNAMO_REJECTS_SETUP_CONTEXT
 # Upstream: https://github.com/pytorch/pytorch/pull/123700
 DYNAMO_CANNOT_READ_NEEDS_INPUT_GRAD = HAS_SETUP_CONTEXT and TORCH_VERSION < (2, 4)
 
-#: torch 2.1-2.2: AOTAutograd re-traces a Function's backward with make_fx outside dynamo, so
-#: backward code must be traceable by make_fx too (measured; torch 2.3 traces it within dynamo).
-BACKWARD_RETRACED_BY_MAKE_FX = (2, 1) <= TORCH_VERSION < (2, 3)
-
 #: torch 2.3.x: the first torch.func transform of a Function in a process imports torch._dynamo
 #: lazily, under the transform, and that import draws random numbers, which vmap refuses.
 #: ``prepare_torch_func()`` imports it beforehand.
 # Upstream: https://github.com/pytorch/pytorch/issues/128607
 FUNC_NEEDS_DYNAMO_IMPORTED = TORCH_VERSION == (2, 3)
-
-# --- torch.library custom operators ---
-
-#: torch 2.4-2.13: the autograd of ``torch.library.custom_op`` fails in backward for an operator
-#: with a tensor-list argument or return when a trailing defaulted argument is left at its
-#: default: the dispatcher drops that argument, and torch's tensor-list wrapper then rejects the
-#: gradient backward returns for it ("Expected the return from backward to be of the same
-#: structure as the inputs"; measured on 2.4.1 and in every row 2.4-2.13, fixed in 2.14).
-# Upstream: https://github.com/pytorch/pytorch/pull/185132
-CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS = (2, 4) <= TORCH_VERSION < (2, 14)
 
 # --- TorchScript ---
 
@@ -848,39 +833,6 @@ def _fresh_name(base: str, taken: set) -> str:
     return name
 
 
-# NOTE: [generated code]
-# A few functions are written as Python source when a class or op is decorated, so that they
-# carry the user's own parameter names (keywords bind, defaults fill, tracebacks and dynamo see a
-# plain function) and cost one frame per call. ``generated_function`` is the one helper for that
-# which the package's other modules share (its custom-op library generates each op's call and
-# legacy forward with it): internal API, kept stable for them, not exported.
-
-
-def generated_function(template: str, globals_: Dict[str, Any], taken: set, filename: str) -> Any:
-    """The function that ``template`` (the source of one ``def``) defines.
-
-    ``$function`` and every ``$key`` of ``globals_`` in the template are replaced by names that
-    clash with none of ``taken`` (the user's parameter names) or each other; ``globals_[key]`` is
-    what the name refers to when the function runs. ``filename`` shows in tracebacks (the source
-    is put into ``linecache``).
-
-    Example::
-
-        >>> add = generated_function(
-        ...     "def $function(x, plus): return $plus(x, plus)", {"plus": operator.add},
-        ...     {"x", "plus"}, "<example>")
-        >>> add(1, 2)
-        3
-    """
-    names = set(taken)
-    renamed = {key: _fresh_name(key, names) for key in ("function", *globals_)}
-    source = re.sub(r"\$(\w+)", lambda m: renamed[m.group(1)], template)
-    namespace = {renamed[key]: value for key, value in globals_.items()}
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    exec(compile(source, filename, "exec"), namespace)
-    return namespace[renamed["function"]]
-
-
 # NOTE: [forward called directly]
 # Where a class has the legacy form, ``Fn.forward`` is the adapter ``forward(ctx, ...)``, so a
 # direct ``Fn.forward(x)`` (README rule 5: call ``Fn.apply``) would bind ``x`` to ctx and fail
@@ -978,11 +930,14 @@ def _legacy_forward(
     }
     what = f"{getattr(forward, '__qualname__', 'forward')}: the legacy form @function generated"
     legacy: Any = functools.update_wrapper(_generated(source, what, namespace, adapter), forward)
-    legacy.__defaults__ = tuple(
-        _NOT_GIVEN if p.default is p.empty else p.default
-        for p in params
-        if p.kind is not p.VAR_POSITIONAL
-    ) or None
+    legacy.__defaults__ = (
+        tuple(
+            _NOT_GIVEN if p.default is p.empty else p.default
+            for p in params
+            if p.kind is not p.VAR_POSITIONAL
+        )
+        or None
+    )
     legacy.__signature__ = signature.replace(
         parameters=[inspect.Parameter(ctx, inspect.Parameter.POSITIONAL_ONLY), *params]
     )
@@ -1697,10 +1652,10 @@ def mode(cls: type) -> str:
     ``"native"``: the class is as written (setup_context style) and torch runs it as is.
     ``"dual"``: the class has the legacy form ``forward(ctx, ...)``, which torch, dynamo and
     torch.export see, and a setup_context-style copy runs under torch.func (torch 2.0-2.12, and
-    on every torch 2.x a forward with defaults and ``intermediates=`` classes). ``"legacy"``: the legacy form on the legacy
-    path, which torch.func refuses (torch 1.x, ``legacy=True``, ``COMPATFN_LEGACY=1``, a class
-    written in the legacy form). Where the class has the legacy form, ``cls.forward`` is the
-    adapter and ``cls.forward.__wrapped__`` your forward.
+    on every torch 2.x a forward with defaults and ``intermediates=`` classes). ``"legacy"``:
+    the legacy form on the legacy path, which torch.func refuses (torch 1.x, ``legacy=True``,
+    ``COMPATFN_LEGACY=1``, a class written in the legacy form). Where the class has the legacy
+    form, ``cls.forward`` is the adapter and ``cls.forward.__wrapped__`` your forward.
 
     Example::
 
@@ -2008,131 +1963,3 @@ def _autocast_setup_context(cls: Any, record: _Decoration, forward: Callable) ->
 
     _set(cls, record, "setup_context", staticmethod(setup_context))
     return setup_context
-
-
-# --- feature report ----------------------------------------------------------------------------
-
-
-def _probe(fn: Callable[[], bool]) -> Union[bool, str]:
-    """Run one feature probe: its answer, or ``"error: <why>"`` when it fails unexpectedly.
-
-    Warnings torch raises while probed (deprecations of its own internals) are not the caller's
-    concern and never turn into errors, under ``python -W error`` either.
-    """
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return bool(fn())
-    except Exception as error:
-        return f"error: {type(error).__name__}: {error}"
-
-
-def _probe_kwargs() -> bool:
-    class Probe(_Function):
-        @staticmethod
-        def forward(ctx: Any, x: Any, scale: float = 1.0) -> Any:
-            return x * scale
-
-        @staticmethod
-        def backward(ctx: Any, grad: Any) -> Any:
-            return grad, None
-
-    try:
-        Probe.apply(torch.ones(1), scale=2.0)
-    except TypeError as error:  # torch < 2.13: "apply() takes no keyword arguments"
-        if "keyword" in str(error):
-            return False
-        raise
-    return True
-
-
-def _probe_defaults() -> bool:
-    seen = []
-
-    class Probe(_Function):
-        @staticmethod
-        def forward(x: Any, scale: float = 1.0) -> Any:
-            return x * scale
-
-        @staticmethod
-        def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
-            seen.append(len(inputs))
-
-        @staticmethod
-        def backward(ctx: Any, grad: Any) -> Any:
-            return grad, None
-
-    Probe.apply(torch.ones(1))
-    return seen == [2]
-
-
-def _probe_forward_ad() -> bool:
-    if importlib.util.find_spec("torch.autograd.forward_ad") is None:  # torch 1.8
-        return False
-    import torch.autograd.forward_ad as fwAD
-
-    class Probe(_Function):
-        @staticmethod
-        def forward(ctx: Any, x: Any) -> Any:
-            return x * 2
-
-        @staticmethod
-        def backward(ctx: Any, grad: Any) -> Any:
-            return grad * 2
-
-        @staticmethod
-        def jvp(ctx: Any, tangent: Any) -> Any:
-            return tangent * 3  # not forward's derivative: proves that jvp itself ran
-
-    # torch 1.9 has forward AD but runs it through forward's ops, never calling jvp.
-    with fwAD.dual_level():
-        out = Probe.apply(fwAD.make_dual(torch.ones(1), torch.ones(1)))
-        tangent = fwAD.unpack_dual(out).tangent
-        return tangent is not None and float(tangent) == 3.0
-
-
-def _compile_support() -> str:
-    """``"native"``, ``"functional"`` or ``"unavailable"``: see ``features()``."""
-    if dynamo_unsupported() is not None:
-        return "unavailable"
-    return "native" if COMPILES_SETUP_CONTEXT else "functional"
-
-
-def _export_modes() -> Tuple[str, ...]:
-    """The torch.export modes this torch has: strict from 2.1, non-strict (``strict=``) from 2.2."""
-    export = getattr(getattr(torch, "export", None), "export", None)
-    if export is None:
-        return ()
-    if "strict" in inspect.signature(export).parameters:
-        return ("strict", "non-strict")
-    return ("strict",)
-
-
-def features() -> Dict[str, Any]:
-    """Report what the running torch offers for custom Functions, as data.
-
-    Example::
-
-        >>> features()["setup_context"]
-        True
-
-    ``torch`` is the version string; ``setup_context``, ``torch_func``, ``amp_device_generic`` and
-    ``cpu_autocast`` are booleans; the probed ``apply_kwargs``, ``default_binding`` and
-    ``forward_ad`` are True, False, or ``"error: <why>"`` when the probe failed unexpectedly;
-    ``compile`` is ``"native"`` (dynamo traces setup_context-style classes, torch >= 2.4),
-    ``"functional"`` (it rejects them; decorated classes compile anyway, see ``mode``) or
-    ``"unavailable"``; ``export`` is the tuple of torch.export modes, e.g.
-    ``("strict", "non-strict")``. The command-line report explains each entry.
-    """
-    return {
-        "torch": str(torch.__version__),
-        "setup_context": HAS_SETUP_CONTEXT,
-        "apply_kwargs": _probe(_probe_kwargs),
-        "default_binding": HAS_SETUP_CONTEXT and _probe(_probe_defaults),
-        "forward_ad": _probe(_probe_forward_ad),
-        "torch_func": HAS_TORCH_FUNC,
-        "compile": _compile_support(),
-        "export": _export_modes(),
-        "amp_device_generic": HAS_DEVICE_GENERIC_AMP,
-        "cpu_autocast": HAS_CPU_AUTOCAST,
-    }

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any, Dict, List
 
 import torch
 
-from compatfn.core import function, generated_function
+from compatfn.core import function
+from compatfn.library._generated import generated_function
 from compatfn.library._kernels import run_kernel
 from compatfn.library._registration import below_autograd
 from compatfn.library._utils import legacy_function_class, unflatten

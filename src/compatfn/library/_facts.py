@@ -14,10 +14,12 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
+from compatfn.core import _C_APPLY as _CORE_C_APPLY
 from compatfn.core import (
-    CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS,
     HAS_FUNCTORCH,
     HAS_IS_COMPILING,
+    HAS_TORCH_AUTOCAST,
+    TORCH_VERSION,
     is_compiling,
     transforms_active,
 )
@@ -53,6 +55,14 @@ HAS_LIBRARY = (
     and hasattr(_library, "define")
     and hasattr(torch._C, "_AutoDispatchBelowAutograd")
 )
+#: torch 2.4-2.13: the autograd of ``torch.library.custom_op`` fails in backward for an operator
+#: with a tensor-list argument or return when a trailing defaulted argument is left at its
+#: default: the dispatcher drops that argument, and torch's tensor-list wrapper then rejects the
+#: gradient backward returns for it ("Expected the return from backward to be of the same
+#: structure as the inputs"; measured on 2.4.1 and in every row 2.4-2.13, fixed in 2.14).
+# Upstream: https://github.com/pytorch/pytorch/pull/185132
+CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS = (2, 4) <= TORCH_VERSION < (2, 14)
+
 #: Which implementation ``compatfn.custom_op`` uses on the running torch (package docstring).
 TIER = "torch" if HAS_TORCH_CUSTOM_OP else ("registered" if HAS_LIBRARY else "function")
 
@@ -76,9 +86,9 @@ HAS_TAGS = hasattr(torch, "Tag")
 # Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/library.py
 RESERVED_NAMESPACES = tuple(getattr(_library, "_reserved_namespaces", ("prim",)))
 
-#: ``torch.autocast(device_type)`` (torch >= 1.10; torch 1.8 has only ``torch.cuda.amp.autocast``).
-# Upstream: https://github.com/pytorch/pytorch/blob/v1.10.0/torch/autocast_mode.py
-HAS_DEVICE_AUTOCAST = hasattr(torch, "autocast")
+#: ``torch.autocast(device_type)`` (torch >= 1.10; torch 1.8 has only ``torch.cuda.amp.autocast``):
+#: core's ``HAS_TORCH_AUTOCAST``, under the name this package reads.
+HAS_DEVICE_AUTOCAST = HAS_TORCH_AUTOCAST
 
 #: ``torch.autograd.graph.increment_version`` (torch >= 2.1): bump the version counter of an
 #: argument a kernel mutated outside torch (NumPy), as torch >= 2.4 does for declared mutations.
@@ -204,7 +214,8 @@ is_alias_of: Optional[Callable[[torch.Tensor, torch.Tensor], bool]] = getattr(
 BelowAutograd: Any = getattr(torch._C, "_AutoDispatchBelowAutograd", None)
 GUARD_IS_CONTEXT = hasattr(BelowAutograd, "__enter__")
 #: torch's C-level ``Function.apply``: no binding, no transform checks (the caller has done them).
-C_APPLY = torch._C._FunctionBase.__dict__["apply"]
+#: core's, under the name this package reads.
+C_APPLY = _CORE_C_APPLY
 
 #: How many dispatch modes are active (``_len_torch_dispatch_stack``, torch >= 2.0; a single
 #: mode before).

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any, Dict, List
 
 import torch
 
-from compatfn.core import generated_function
 from compatfn.library._autograd import simple_function
 from compatfn.library._convert import MISSING, wrong_call
 from compatfn.library._facts import (
@@ -18,6 +17,7 @@ from compatfn.library._facts import (
     is_tracing,
     storage_id,
 )
+from compatfn.library._generated import generated_function
 from compatfn.library._kernels import check_no_alias
 from compatfn.library._utils import detached, distinct_storage_source
 

@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from compatfn.core import dynamo_tracing, generated_function, transforms_active
+from compatfn.core import dynamo_tracing, transforms_active
 from compatfn.library._convert import MISSING, given_arguments
 from compatfn.library._facts import (
     AUTOGRAD_KERNEL_ALWAYS_APPLIES,
@@ -24,6 +24,7 @@ from compatfn.library._facts import (
     torch_autograd_backward,
     torch_function_mode_enabled,
 )
+from compatfn.library._generated import generated_function
 from compatfn.library._infer_schema import SCALAR_TYPES, _resolve
 from compatfn.library._utils import (
     aliases_any,

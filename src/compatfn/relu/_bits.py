@@ -15,9 +15,13 @@ from typing import Callable
 
 import torch
 
-from compatfn.core import BACKWARD_RETRACED_BY_MAKE_FX, is_compiling
+from compatfn.core import TORCH_VERSION, is_compiling
 
 __all__ = ["pack_nonzero", "unpack_keep"]
+
+#: torch 2.1-2.2: AOTAutograd re-traces a Function's backward with make_fx outside dynamo, so
+#: backward code must be traceable by make_fx too (measured; torch 2.3 traces it within dynamo).
+BACKWARD_RETRACED_BY_MAKE_FX = (2, 1) <= TORCH_VERSION < (2, 3)
 
 # Bit packing. Fast path: word-wide multiply on int64 views (needs Tensor.view(dtype) across
 # element sizes, torch >= 1.11, and a little-endian machine). Fallback: a broadcast weighted sum.
