@@ -93,12 +93,16 @@ def check_function(
       (:func:`compatfn.as_legacy`), on a torch that has both.
     * ``vmap``: ``torch.func.vmap`` of the call and of its gradient equals a loop, when the
       Function has ``generate_vmap_rule = True`` or a ``vmap`` staticmethod.
-    * ``compile``: ``torch.compile(fullgraph=True, backend=compile_backend)`` of
-      ``compatfn.functional(fn)`` (and of ``fn.apply`` on torch >= 2.4) matches eager. Skipped,
-      with the reason, only where the failure names a ctx method (``set_materialize_grads``,
-      ``mark_dirty``, ``mark_non_differentiable``) and a minimal plain-torch Function (legacy
-      form, no compatfn) using that method fails to compile the same way on the running torch
-      (e.g. torch 2.1); the probe runs once per process. Any other failure is a failure.
+    * ``compile``: ``torch.compile(fullgraph=True, backend=compile_backend)`` of a function
+      calling ``fn.apply(...)`` directly, and of ``compatfn.functional(fn)``, matches eager, in
+      each call style the inputs allow: as given, with the defaults left out, with keywords,
+      with a keyword that skips a default. Skipped, with the reason, only where the failure
+      names a ctx method (``set_materialize_grads``, ``mark_dirty``,
+      ``mark_non_differentiable``) and a minimal plain-torch Function (legacy form, no
+      compatfn) using that method fails to compile the same way on the running torch (e.g.
+      torch 2.1); a call style, only where a plain-torch Function with forward's parameters
+      fails to compile that call with the same exception (``"compile (call styles)"``). Any
+      other failure is a failure.
 
     ``fn`` is a Function class; a plain callable (e.g. a functional wrapper) gets the checks that
     need no class. Inputs that should get gradients need ``requires_grad=True``; pick values away

@@ -10,12 +10,14 @@ Example::
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
 import compatfn
 from compatfn import core
+from compatfn.testing._call_styles import CallStyle, call_styles, plain_control, plain_style_failure
 from compatfn.testing._case import (
     Case,
     diff_inputs,
@@ -26,7 +28,7 @@ from compatfn.testing._case import (
     weights,
 )
 from compatfn.testing._compare import Comparison
-from compatfn.testing._compile_probes import torch_ctx_limitation
+from compatfn.testing._compile_probes import read_dynamo_failure, torch_ctx_limitation
 
 __all__ = ["REGISTRY"]
 
@@ -158,13 +160,18 @@ def _check_compile(case: Case) -> Optional[str]:
         ("compatfn.functional", compatfn.functional(case.fn) if case.is_class else case.fn)
     ]
     if case.is_class:  # a direct Fn.apply compiles wherever a hand-written Function does
-        targets.append(("apply", case.fn.apply))
-    limitation = None
-    for label, target in targets:
-        limitation = _compiled_matches_eager(case, target, label)
-        if limitation:  # a torch limitation, proven by the plain-torch probe
-            break
-    return limitation
+        targets.append(("apply", _direct_apply(case.fn)))
+    skipped: List[str] = []
+    for style in call_styles(_user_signature(case), len(case.inputs), case.kwargs):
+        for label, target in targets:
+            limitation = _compiled_matches_eager(case, style, target, label)
+            if limitation and style.label == "as given":
+                return limitation  # a ctx method this torch cannot compile in any Function
+            if limitation:
+                skipped.append(limitation)
+    if skipped:
+        case.notes["compile (call styles)"] = "; ".join(dict.fromkeys(skipped))
+    return None
 
 
 # --------------------------------------------------------------------------- check helpers
@@ -249,30 +256,73 @@ def _vmap_matches_loop(case: Case) -> None:
     close.check("vmap(grad) vs loop", list(got_g), expect_g)
 
 
-def _compiled_matches_eager(case: Case, target: Callable[..., Any], label: str) -> Optional[str]:
-    """Compile ``target`` and compare with eager; raise ``AssertionError`` on a failure.
+def _direct_apply(cls: Any) -> Callable[..., Any]:
+    """``cls.apply(...)`` looked up where it is called, as in a user's compiled code: dynamo
+    intercepts the attribute of the class there (a bound ``apply`` it would merely call)."""
 
-    Returns a skip reason instead where the failure is a limitation of this torch that the same
-    ctx feature in a plain-torch Function reproduces (see :func:`torch_ctx_limitation`), and
-    ``None`` when the check ran.
+    def apply(*args: Any, **kwargs: Any) -> Any:
+        return cls.apply(*args, **kwargs)
+
+    return apply
+
+
+def _user_signature(case: Case) -> Optional[inspect.Signature]:
+    """forward's parameters as users pass them (no ctx), for a decorated class; else None."""
+    if not case.is_class:
+        return None
+    try:
+        return inspect.signature(compatfn.functional(case.fn))
+    except (TypeError, ValueError):  # not decorated, or no signature to read
+        return None
+
+
+def _compiled_matches_eager(
+    case: Case, style: CallStyle, target: Callable[..., Any], label: str
+) -> Optional[str]:
+    """Compile ``target`` called in ``style`` and compare with eager; raise ``AssertionError``
+    on a failure.
+
+    Returns a skip reason instead where the failure is a limitation of this torch: the same ctx
+    feature in a plain-torch Function fails the same way (see :func:`torch_ctx_limitation`), or,
+    for a call style other than the one given, a plain-torch Function with the same signature
+    fails to compile that call the same way (:func:`plain_style_failure`). ``None`` when it ran.
     """
     backend = case.compile_backend
+    called = f"{label}({case.name}) called {style.label}"
     dynamo = importlib.import_module("torch._dynamo")
     dynamo.reset()
-    compiled = torch.compile(target, fullgraph=True, backend=backend)
+    compiled = torch.compile(style.wrap(target), fullgraph=True, backend=backend)
     try:
-        got_out, got_grads, _ = run_with_grads(compiled, case.inputs, case.kwargs)
+        got_out, got_grads, _ = run_with_grads(compiled, case.inputs, {})
     except Exception as exc:
-        why = torch_ctx_limitation(exc, backend)
+        why = torch_ctx_limitation(exc, backend) or _style_limitation(case, style, exc)
         if why:
-            return f"{why}; compiling {label}({case.name}) failed the same way"
+            return f"{why}; compiling {called} failed the same way"
         raise case.failure(
-            "compile", f"{label} with backend={backend!r}: {type(exc).__name__}: {exc}"
+            "compile", f"{called}, backend={backend!r}: {type(exc).__name__}: {exc}"
         ) from exc
     finally:
         dynamo.reset()
-    exp_out, exp_grads, _ = run_with_grads(target, case.inputs, case.kwargs)
+    exp_out, exp_grads, _ = run_with_grads(style.wrap(target), case.inputs, {})
     close = Comparison(case.name, "compile", exact=False, rtol=case.rtol, atol=case.atol)
-    close.check(f"compiled {label} outputs", got_out, exp_out)
-    close.check(f"compiled {label} gradients", got_grads, exp_grads)
+    close.check(f"compiled {called}: outputs", got_out, exp_out)
+    close.check(f"compiled {called}: gradients", got_grads, exp_grads)
     return None
+
+
+def _style_limitation(case: Case, style: CallStyle, exc: BaseException) -> Optional[str]:
+    """A skip reason if a plain-torch legacy Function with forward's signature fails to compile
+    the call in ``style`` with the same exception type; None (a failure) otherwise."""
+    signature = _user_signature(case)
+    if signature is None:
+        return None
+    control = plain_control(signature, case.inputs)
+    plain = plain_style_failure(control, style, case.inputs, case.compile_backend)
+    if plain is None or type(plain) is not type(exc):
+        return None
+    headline = read_dynamo_failure(plain).headline
+    return (
+        f"torch {torch.__version__} cannot torch.compile (fullgraph=True, "
+        f"backend={case.compile_backend!r}) a plain legacy-form Function with the same "
+        f"signature called {style.label} ({type(plain).__name__}: {headline})"
+    )

@@ -1,0 +1,105 @@
+"""Differential suite, traced: a generated Function, decorated, compiles, exports and traces
+wherever its hand-written legacy twin does, with the same values and gradients.
+
+``torch.compile(fullgraph=True)`` with each backend (eager, aot_eager, inductor: one graph, no
+break), ``torch.export`` strict and non-strict, ``torch.jit.trace``: those this torch has. The
+hand-written class called the same way is the control: where it compiles (exports, traces), the
+decorated class must too, bit for bit equal; where it fails, the decorated class fails with the
+same exception type or works, equal to the control called positionally (every parameter given:
+plain ``apply`` takes no keywords in compiled code before torch 2.13).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Tuple
+
+import pytest
+import torch
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from differential_support import budget
+from differential_traced import (
+    EXPORT,
+    HAS_COMPILE,
+    NON_STRICT,
+    check_like_control,
+    compiled,
+    exported,
+    known_core_bug,
+    traced,
+)
+from function_specs import Made, build
+from spec_arguments import Arguments, arguments, calls, defaults, specs
+
+fresh = pytest.mark.usefixtures("fresh_dynamo")
+
+
+@st.composite
+def cases(draw: Any) -> Tuple[Made, str, Arguments]:
+    made = build(draw(specs(traced=True), label="spec"))
+    args = draw(arguments(made.spec), label="arguments")
+    style = draw(st.sampled_from(sorted(calls(made.spec, args, defaults(made.hand_written)))))
+    return made, style, args
+
+
+BACKENDS = [
+    pytest.param("eager", 8),
+    pytest.param("aot_eager", 8),
+    pytest.param("inductor", 2),
+]
+
+
+@pytest.mark.skipif(not HAS_COMPILE, reason=f"torch {torch.__version__} has no torch.compile")
+@pytest.mark.parametrize("backend, examples", BACKENDS)
+@fresh
+def test_compiles_like_hand_written(backend, examples):
+    @budget(examples)
+    @given(cases())
+    def check(case):
+        made, style, args = case
+        check_like_control(
+            made,
+            style,
+            args,
+            compiled(backend),
+            f"torch.compile(backend={backend!r}, fullgraph=True)",
+        )
+
+    check()
+
+
+MODES = [
+    pytest.param(True, id="strict"),
+    pytest.param(
+        False,
+        id="non-strict",
+        marks=pytest.mark.skipif(
+            not NON_STRICT,
+            reason=f"torch {torch.__version__} has no non-strict export (torch >= 2.2)",
+        ),
+    ),
+]
+
+
+@pytest.mark.skipif(
+    EXPORT is None, reason=f"torch {torch.__version__} has no torch.export (torch >= 2.1)"
+)
+@pytest.mark.parametrize("strict", MODES)
+@fresh
+def test_exports_like_hand_written(strict):
+    @budget(4)
+    @given(cases())
+    def check(case):
+        made, style, args = case
+        assume(not known_core_bug(made.spec, args, "export-strict" if strict else "export"))
+        check_like_control(made, style, args, exported(strict), f"torch.export(strict={strict})")
+
+    check()
+
+
+@budget(12)
+@given(cases())
+def test_jit_trace_like_hand_written(case):
+    made, style, args = case
+    check_like_control(made, style, args, traced, "torch.jit.trace")
