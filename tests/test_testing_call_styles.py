@@ -16,7 +16,7 @@ from compatfn.relu import ClippedReLU
 from compatfn.testing import check_function
 from compatfn.testing._call_styles import call_styles, plain_control, plain_style_failure
 
-WHY_NOT = compatfn.core.dynamo_unsupported()
+WHY_NOT = compatfn.core._dynamo_unsupported()
 needs_compile = pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")
 
 

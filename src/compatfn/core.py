@@ -227,7 +227,7 @@ _DYNAMO_CANNOT_READ_NEEDS_INPUT_GRAD = _HAS_SETUP_CONTEXT and _TORCH_VERSION < (
 
 #: torch 2.3.x: the first torch.func transform of a Function in a process imports torch._dynamo
 #: lazily, under the transform, and that import draws random numbers, which vmap refuses.
-#: ``prepare_torch_func()`` imports it beforehand.
+#: ``_prepare_torch_func()`` imports it beforehand.
 # Upstream: https://github.com/pytorch/pytorch/issues/128607
 _FUNC_NEEDS_DYNAMO_IMPORTED = _TORCH_VERSION == (2, 3)
 
@@ -284,7 +284,7 @@ def _prepare_torch_func() -> None:
 
     Example::
 
-        prepare_torch_func()
+        _prepare_torch_func()
         torch.func.vmap(fn)(x)
     """
     if _FUNC_NEEDS_DYNAMO_IMPORTED:
@@ -329,7 +329,7 @@ def _non_tensor_outputs() -> bool:
 
     Example::
 
-        non_tensor_outputs()  # False on torch 1.8 only
+        _non_tensor_outputs()  # False on torch 1.8 only
     """
 
     class Probe(_Function):
