@@ -7,7 +7,7 @@ wrong, in either direction.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
 import pytest
 import torch
@@ -29,6 +29,7 @@ CALLS = {
     "keywords": lambda cls, t: cls.apply(t, clip=0.5) * 2,
     # Calls of a forward with two defaults (``x, clip=1.0, scale=2.0``).
     **{call: run for call, (run, _) in DEFAULT_CALLS.items()},
+    "varargs": lambda cls, t: cls.apply(t) * 2,
 }
 #: Where dynamo also fails a call that leaves out defaults without grad (measured: "Observed
 #: exception" on 2.6-2.14, on 2.0-2.5 hidden by _DYNAMO_PASSES_CTX_WITHOUT_GRAD; 2.15 compiles it).
@@ -57,9 +58,41 @@ CASES = {
     ("reordered-keywords", False): lambda: (
         core._DYNAMO_PASSES_CTX_WITHOUT_GRAD or core._DYNAMO_PASSES_CTX_WITH_KEYWORDS
     ),
+    # ``forward(x, *rest)`` called ``apply(x)``: the decorated class's legacy form where it fails.
+    ("varargs", False): lambda: (
+        core._DYNAMO_PASSES_CTX_WITHOUT_GRAD or core._DYNAMO_MISHANDLES_VARARGS
+    ),
 }
 #: The facts that decide for every class, and the one that decides for classes with defaults.
 CLASS_FACTS = {("positional", True), ("positional", False), ("keywords", False)}
+
+
+def _doubling_with_varargs() -> Tuple[Any, Any]:
+    """``x * 2`` with a ``*rest`` parameter: setup_context style (undecorated), and hand-written."""
+
+    class Undecorated(torch.autograd.Function):
+        @staticmethod
+        def forward(x, *rest):  # type: ignore[no-untyped-def,override]
+            return x * 2
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def,override]
+            pass
+
+        @staticmethod
+        def backward(ctx, grad):  # type: ignore[no-untyped-def,override]
+            return grad * 2
+
+    class HandWritten(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, *rest):  # type: ignore[no-untyped-def,override]
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):  # type: ignore[no-untyped-def,override]
+            return grad * 2
+
+    return Undecorated, HandWritten
 
 
 def _compile_error(cls: Any, call: str, grad: bool) -> Optional[str]:
@@ -88,6 +121,8 @@ def test_dynamo_fact_matches_this_torch(call: str, grad: bool) -> None:
         make_clip_scale(decorated=False) if two_defaults else make_clip(decorated=False)
     )
     control_cls = make_hand_written_clip_scale() if two_defaults else make_hand_written_clip()
+    if call == "varargs":
+        undecorated_cls, control_cls = _doubling_with_varargs()
     undecorated = _compile_error(undecorated_cls, call, grad)
     control = _compile_error(control_cls, call, grad)
     if control is not None:
@@ -106,4 +141,6 @@ def test_the_class_takes_the_legacy_form_exactly_where_a_fact_holds() -> None:
     every_class = any(CASES[case]() for case in CLASS_FACTS)
     assert every_class == core._CLASS_TAKES_LEGACY_FORM
     with_defaults = any(fact() for case, fact in CASES.items() if case[0] in DEFAULT_CALLS)
+    with_varargs = CASES[("varargs", False)]()
+    assert with_varargs == (core._CLASS_TAKES_LEGACY_FORM or core._DYNAMO_MISHANDLES_VARARGS)
     assert with_defaults == (core._CLASS_TAKES_LEGACY_FORM or core._DYNAMO_OMITS_DEFAULTS)

@@ -14,7 +14,6 @@ from differential_support import in_context
 from differential_traced import (
     EXPORT,
     HAS_COMPILE,
-    VARARGS_EXPORT_BUG,
     check_like_control,
     compiled,
     exported,
@@ -49,14 +48,9 @@ def test_warning_in_forward_points_where_hand_written_does():
 
 
 @pytest.mark.skipif(EXPORT is None, reason=f"torch {torch.__version__} has no torch.export")
-@pytest.mark.xfail(
-    VARARGS_EXPORT_BUG,
-    strict=True,
-    reason="core bug: strict torch.export of forward(x, *rest) called with no *rest fails on "
-    "the native path of torch 2.13-2.14 (Unsupported: Observed exception); see diff27-findings",
-)
 @pytest.mark.usefixtures("fresh_dynamo")
 def test_strict_export_of_empty_varargs():
-    """``forward(x, *rest)`` called ``apply(x)``, in a module exported strictly."""
+    """``forward(x, *rest)`` called ``apply(x)``, in a module exported strictly: failed on the
+    native path of torch 2.13-2.14 (core's _DYNAMO_MISHANDLES_VARARGS)."""
     made = build(Spec(rest=True))
     check_like_control(made, "positional", _x(grad=False), exported(True), "torch.export(strict)")

@@ -205,6 +205,12 @@ _DYNAMO_PASSES_CTX_WITH_KEYWORDS = _HAS_SETUP_CONTEXT and (2, 6) <= _TORCH_VERSI
 # Upstream: https://github.com/pytorch/pytorch/issues/130051
 _DYNAMO_OMITS_DEFAULTS = _HAS_SETUP_CONTEXT
 
+#: torch 2.0-2.14: dynamo fails a setup_context-style forward with ``*args`` when no input
+#: requires grad ("Unsupported", torch.compile and strict torch.export; measured on 2.12-2.14,
+#: earlier releases hidden by _DYNAMO_PASSES_CTX_WITHOUT_GRAD; 2.15 compiles it; a hand-written
+#: legacy Function compiles on each). Classes whose forward has ``*args`` take the legacy form.
+_DYNAMO_MISHANDLES_VARARGS = _HAS_SETUP_CONTEXT and _TORCH_VERSION < (2, 15)
+
 #: Where dynamo (and strict torch.export, which traces with it) mishandles a direct
 #: ``Fn.apply(...)`` of any setup_context-style class that it handles for a hand-written legacy
 #: one, a decorated class itself takes the legacy form (mode "dual"); where it mishandles only
@@ -556,8 +562,8 @@ def _defines(cls: type, name: str) -> bool:
 
     Example::
 
-        defines(ClippedReLU, "setup_context")  # True
-        defines(ClippedReLU, "jvp")  # False: only torch's base class has one
+        _defines(ClippedReLU, "setup_context")  # True
+        _defines(ClippedReLU, "jvp")  # False: only torch's base class has one
     """
     return _user_attribute(cls, name) is not _MISSING
 
@@ -668,7 +674,8 @@ class _Decoration:
         if self.legacy_path:
             return False
         defaults = _DYNAMO_OMITS_DEFAULTS and self.binder.has_defaults
-        return self.intermediates > 0 or _CLASS_TAKES_LEGACY_FORM or defaults
+        varargs = _DYNAMO_MISHANDLES_VARARGS and self.binder.varargs
+        return self.intermediates > 0 or _CLASS_TAKES_LEGACY_FORM or defaults or varargs
 
     @property
     def in_legacy_form(self) -> bool:
