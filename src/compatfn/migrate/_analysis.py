@@ -172,6 +172,7 @@ class ForwardAnalysis:
             flagged = isinstance(stmt, cst.If) and self.placement.needs_flag(index, stmt)
             if is_ctx_statement(stmt, self.ctx) and not flagged:
                 _refuse_walrus([stmt])
+                stmt = self.readbacks.apply_values(stmt)
                 snapshot, stmt = self.placement.place(index, stmt)
                 keep += snapshot
                 moved.append(stmt)

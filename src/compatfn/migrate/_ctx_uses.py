@@ -228,6 +228,20 @@ class ReadBacks(cst.CSTTransformer):
         assert isinstance(new, cst.BaseStatement)
         return new
 
+    def apply_values(self, stmt: cst.BaseStatement) -> cst.BaseStatement:
+        """A simple ctx statement with the read-backs in the values it computes replaced
+        (``ctx.scale = ctx.fn(*args)`` reads ``fn``); its target is kept."""
+        if not self.aliases or not isinstance(stmt, cst.SimpleStatementLine):
+            return stmt
+        small = stmt.body[0]
+        if isinstance(small, cst.Expr):
+            new_small: cst.BaseSmallStatement = small.with_changes(value=small.value.visit(self))
+        elif isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
+            new_small = small.with_changes(value=small.value.visit(self))
+        else:
+            return stmt
+        return stmt.with_changes(body=[new_small, *stmt.body[1:]])
+
     def _writes_ctx(self, stmt: cst.CSTNode) -> bool:
         for node in walk(stmt, into_scopes=True):
             targets: List[cst.BaseExpression] = []

@@ -105,7 +105,9 @@ def unsound(old: cst.ClassDef, new: cst.ClassDef, allowed: Iterable[str]) -> Opt
         else:
             lost |= after.globals_of(name) & before.locals_of(name)
         if lost:
-            return f"the migrated {name} would read {', '.join(sorted(lost))}, which it does not bind"
+            return (
+                f"the migrated {name} would read {', '.join(sorted(lost))}, which it does not bind"
+            )
     for name, unbound in sorted(after.maybe_unbound().items()):
         new_unbound = unbound - old_unbound
         if new_unbound:
@@ -125,7 +127,9 @@ def _join(*states: State) -> State:
 
 def _targets(node: ast.AST) -> Set[str]:
     """Names an assignment target binds."""
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return {
+        n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
 
 
 class _Flow:
@@ -200,7 +204,7 @@ class _Flow:
             state = self.stmt(stmt, state)
         return state
 
-    def stmt(self, node: ast.stmt, state: State) -> State:  # noqa: C901 - one case per kind
+    def stmt(self, node: ast.stmt, state: State) -> State:
         if isinstance(node, (ast.Return, ast.Raise)):
             for child in ast.iter_child_nodes(node):
                 state = self.expr(child, state)
