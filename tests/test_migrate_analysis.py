@@ -207,7 +207,17 @@ def test_a_with_block_name_and_a_ctx_attribute_read_back_after_the_block():
     [
         (
             "with torch.no_grad():\n    if x.requires_grad:\n        ctx.save_for_backward(x)",
-            "forward uses ctx inside a with block other than grad mode",
+            "forward uses ctx in an if block inside `with torch.no_grad():`, which migrate "
+            "splits only outside a with block",
+        ),
+        (
+            "if x.requires_grad:\n    y = x * 2\n    with torch.no_grad():\n"
+            "        ctx.save_for_backward(y)",
+            "forward uses ctx inside `with torch.no_grad():` within an if, loop or other block",
+        ),
+        (
+            "with torch.no_grad():\n    with torch.enable_grad():\n        ctx.save_for_backward(x)",
+            "forward uses ctx in a with block nested in `with torch.no_grad():`",
         ),
         (
             "with torch.no_grad(), open('log.txt') as f:\n    ctx.save_for_backward(x)",
