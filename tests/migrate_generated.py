@@ -22,7 +22,7 @@ import torch
 from hypothesis import strategies as st
 
 SHAPE = (3,)
-HEADER = '''\
+HEADER = """\
 import torch
 from torch.autograd import Function
 
@@ -33,7 +33,7 @@ def _double(t):
 
 def _keep(ctx, t):
     ctx.kept = t
-'''
+"""
 
 
 @dataclass
@@ -115,7 +115,7 @@ class _Writer:
         options += [f"ctx.{self.pick(attr_t)}.cos() + {a}"] if attr_t else []
         options += [f"{a} * ctx.{self.pick(attr_s)}"] if attr_s else []
         options += [f"ctx.{self.pick(attr_c)}({a})"] if attr_c else []
-        options += ["{a} * torch.rand_like({a})".format(a=a)]
+        options += [f"{a} * torch.rand_like({a})"]
         options += [f"{a} * cls.SCALE"] if self.use_cls else []
         return self.pick(options)
 
@@ -288,7 +288,11 @@ def legacy_modules(draw: Callable[..., Any]) -> Spec:
     k = draw(st.sampled_from([None, 0.5, 2.0]))
     star = draw(st.sampled_from([-1, -1, 0, 2]))
     kind = draw(st.sampled_from(["static", "static", "class"]))
-    family = draw(st.sampled_from(["alone", "alone", "subclass", "super"])) if kind == "class" else "alone"
+    family = (
+        draw(st.sampled_from(["alone", "alone", "subclass", "super"]))
+        if kind == "class"
+        else "alone"
+    )
     params = (["fn"] if fn else []) + ["x", "w"] + (["flag"] if flag else [])
     params += ["k"] if k is not None else []
     scope = Scope(
@@ -331,9 +335,17 @@ def legacy_modules(draw: Callable[..., Any]) -> Spec:
         called = "Sub"
     source = HEADER + "\n\n" + "\n".join(klass) + "\n"
     grads = (draw(st.booleans()), draw(st.booleans()))
-    return Spec(source, called, flag=draw(st.booleans()) if flag else False, k=k, fn=fn,
-                star=star, requires_grad=grads, no_grad=draw(st.integers(0, 5)) == 0,
-                dirty=dirty)
+    return Spec(
+        source,
+        called,
+        flag=draw(st.booleans()) if flag else False,
+        k=k,
+        fn=fn,
+        star=star,
+        requires_grad=grads,
+        no_grad=draw(st.integers(0, 5)) == 0,
+        dirty=dirty,
+    )
 
 
 # -- the differential check
@@ -356,7 +368,10 @@ def _inputs(spec: Spec) -> Tuple[List[Any], List[torch.Tensor]]:
     args: List[Any] = [_double] if spec.fn else []
     args += [x, w] + ([spec.flag] if "flag" in spec.source.split("def forward")[1][:80] else [])
     args += [spec.k] if spec.k is not None else []
-    extra = [torch.randn(SHAPE, dtype=torch.float64, generator=generator) for _ in range(max(spec.star, 0))]
+    extra = [
+        torch.randn(SHAPE, dtype=torch.float64, generator=generator)
+        for _ in range(max(spec.star, 0))
+    ]
     for tensor in extra:
         tensor.requires_grad_()
     wrt = [t for t in [x, w, *extra] if t.requires_grad]
@@ -385,7 +400,10 @@ def run(cls: Any, spec: Spec) -> Outcome:
         differentiable = [o for o in outputs if isinstance(o, torch.Tensor) and o.requires_grad]
         if differentiable and wrt and not spec.no_grad:  # see KNOWN_DIFFERENCES
             weights = torch.Generator().manual_seed(2)
-            loss = sum((o * torch.randn(o.shape, dtype=o.dtype, generator=weights)).sum() for o in differentiable)
+            loss = sum(
+                (o * torch.randn(o.shape, dtype=o.dtype, generator=weights)).sum()
+                for o in differentiable
+            )
             values += list(torch.autograd.grad(loss, wrt, allow_unused=True))
         values.append(torch.rand(1))
     except Exception as error:  # compared with the other copy's

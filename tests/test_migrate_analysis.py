@@ -216,7 +216,8 @@ def test_a_with_block_name_and_a_ctx_attribute_read_back_after_the_block():
             "forward uses ctx inside `with torch.no_grad():` within an if, loop or other block",
         ),
         (
-            "with torch.no_grad():\n    with torch.enable_grad():\n        ctx.save_for_backward(x)",
+            "with torch.no_grad():\n    with torch.enable_grad():\n"
+            "        ctx.save_for_backward(x)",
             "forward uses ctx in a with block nested in `with torch.no_grad():`",
         ),
         (

@@ -16,7 +16,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 
 pytest.importorskip("libcst")
-from migrate_generated import HEADER, Spec, compare, legacy_modules, load, run, same  # noqa: E402
+from migrate_generated import HEADER, Spec, compare, legacy_modules, load, run, same
 
 NIGHTLY = os.environ.get("COMPATFN_HYPOTHESIS_PROFILE") == "nightly"
 EXAMPLES = 2000 if NIGHTLY else 20
@@ -82,4 +82,6 @@ def test_an_input_returned_as_it_is_under_no_grad():
         original = load(spec.source, "original")["Base"].apply(*args)
         migrated = load(new, "migrated")["Base"].apply(*args)
     assert original.requires_grad == migrated.requires_grad
-    assert same(run(load(spec.source, "o")["Base"], spec), run(load(new, "m")["Base"], spec)) is None
+    assert (
+        same(run(load(spec.source, "o")["Base"], spec), run(load(new, "m")["Base"], spec)) is None
+    )

@@ -175,7 +175,9 @@ def with_misuse(stmt: cst.BaseStatement, ctx: str) -> Optional[str]:
     block = f"`with {', '.join(source_of(item.item) for item in stmt.items)}:`"
     for inner in stmt.body.body:
         uses = any(isinstance(n, cst.Name) and n.value == ctx for n in walk(inner, True))
-        if not uses or (isinstance(inner, cst.SimpleStatementLine) and is_ctx_statement(inner, ctx)):
+        if not uses or (
+            isinstance(inner, cst.SimpleStatementLine) and is_ctx_statement(inner, ctx)
+        ):
             continue
         if isinstance(inner, cst.If):
             return (
