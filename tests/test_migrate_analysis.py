@@ -847,7 +847,8 @@ def test_needs_input_grad_without_a_torch_import_says_which_line_lets_it_through
     (refusal,) = migrate_source(source, "c.py").refusals
     assert refusal.reason == (
         "forward reads ctx.needs_input_grad, which migrate computes from the inputs only in a "
-        "module that has `import torch`; add that import to let it through"
+        "module that has `import torch` (a name forward does not assign); add that import to "
+        "let it through"
     )
 
 

@@ -95,6 +95,12 @@ def test_a_rewrite_reading_an_unbound_name_is_caught(old, new, reason):
     assert found is not None and reason in found
 
 
+def test_a_setup_context_binding_a_name_twice_is_caught():
+    broken = GOOD_FORWARD.replace("_, scale = output", "x, scale = output")
+    found = unsound(_class(OLD), _new(broken), {"compatfn", "Tree"})
+    assert found == "the migrated setup_context would bind x twice (one value hides another)"
+
+
 def test_a_rewrite_that_does_not_compile_is_caught():
     broken = GOOD_FORWARD.replace(
         "def setup_context(ctx, inputs, output)", "def setup_context(ctx, ctx, output)"

@@ -131,6 +131,13 @@ class ForwardAnalysis:
 
     def split(self) -> Split:
         body, ctx_statements = self._partition()
+        both = [n for n in self.values.intermediates if n in self.values.inputs]
+        if both:
+            raise Refused(
+                f"setup_context needs both the input {both[0]} and the value forward assigns "
+                f"to {both[0]} later; give that value a name of its own to let it through",
+                self.fn,
+            )
         body = start_as_none(body, self.values.intermediates, self.param_names)
         output_names, count = outputs(body, self.values, self.grads)
         body = views_of_saved_inputs(

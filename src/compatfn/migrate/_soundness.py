@@ -108,6 +108,9 @@ def unsound(old: cst.ClassDef, new: cst.ClassDef, allowed: Iterable[str]) -> Opt
             return (
                 f"the migrated {name} would read {', '.join(sorted(lost))}, which it does not bind"
             )
+    twice = _bound_twice(after.defs, "setup_context")
+    if twice:
+        return f"the migrated setup_context would bind {twice} twice (one value hides another)"
     for name, unbound in sorted(after.maybe_unbound().items()):
         new_unbound = unbound - old_unbound
         if new_unbound:
@@ -115,6 +118,22 @@ def unsound(old: cst.ClassDef, new: cst.ClassDef, allowed: Iterable[str]) -> Opt
                 f"the migrated {name} would read {', '.join(sorted(new_unbound))} where "
                 "some path has not assigned it"
             )
+    return None
+
+
+def _bound_twice(defs: List[ast.AST], name: str) -> Optional[str]:
+    """A local that method ``name`` assigns in two top-level statements (setup_context only
+    unpacks; the ctx statements it runs assign no local)."""
+    seen: Set[str] = set()
+    for fn in defs:
+        if getattr(fn, "name", None) != name:
+            continue
+        for stmt in fn.body:  # type: ignore[attr-defined]
+            if isinstance(stmt, ast.Assign):
+                names = set().union(*(_targets(t) for t in stmt.targets)) - {"_"}
+                if names & seen:
+                    return sorted(names & seen)[0]
+                seen |= names
     return None
 
 
