@@ -39,7 +39,7 @@ def _recording(original):
 
     def apply(klass, *args, **kwargs):
         key = f"{klass.__module__}.{klass.__qualname__}"
-        entry = {"inputs": _summary(list(args)) + [_summary(kwargs)], "grads": None}
+        entry = {"inputs": [*_summary(list(args)), _summary(kwargs)], "grads": None}
         _CALLS.setdefault(key, []).append(entry)
         result = original.__get__(None, klass)(*args, **kwargs)
         entry["outputs"] = _summary(result)
