@@ -18,7 +18,7 @@ _TARGETS = {
     for path, names in json.loads(os.environ.get("COMPATFN_VERIFY_CLASSES", "{}")).items()
 }
 _OUT = os.environ.get("COMPATFN_VERIFY_OUT", "")
-_CALLS = {}
+_CALLS: dict = {}  # "module.Class" -> a dict per call
 
 
 def _summary(value):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 import builtins
 import symtable
-from typing import Dict, FrozenSet, Iterable, List, Optional, Set
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set
 
 import libcst as cst
 
@@ -121,7 +121,7 @@ def unsound(old: cst.ClassDef, new: cst.ClassDef, allowed: Iterable[str]) -> Opt
     return None
 
 
-def _bound_twice(defs: List[ast.AST], name: str) -> Optional[str]:
+def _bound_twice(defs: Sequence[ast.AST], name: str) -> Optional[str]:
     """A local that method ``name`` assigns in two top-level statements (setup_context only
     unpacks; the ctx statements it runs assign no local)."""
     seen: Set[str] = set()
