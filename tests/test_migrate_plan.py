@@ -259,3 +259,17 @@ def _source_with_decorator(decorator: str) -> str:
         "        ctx.save_for_backward(x)\n        return x\n\n"
         "    @staticmethod\n    def backward(ctx, grad):\n        return grad\n"
     )
+
+
+def test_a_read_back_of_an_attribute_set_under_a_condition_names_the_condition():
+    source = (
+        "import torch\n\n\nclass F(torch.autograd.Function):\n    @staticmethod\n"
+        "    def forward(ctx, x, flag):\n        if flag:\n            ctx.a = x * 2\n"
+        "        return x * ctx.a\n\n    @staticmethod\n    def backward(ctx, grad):\n"
+        "        return grad, None\n"
+    )
+    (refusal,) = migrate_source(source, "case.py").refusals
+    assert refusal.reason.startswith(
+        "forward reads ctx.a back where migrate cannot tell which value it holds (forward sets "
+        "it only under a condition"
+    )

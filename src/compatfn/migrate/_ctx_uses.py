@@ -216,8 +216,9 @@ def _passes_ctx(call: cst.Call) -> str:
 
 def _reads_back(attr: str) -> str:
     return (
-        f"forward reads ctx.{attr} back, which forward does not set; use the value it "
-        "holds to let it through"
+        f"forward reads ctx.{attr} back where migrate cannot tell which value it holds "
+        "(forward sets it only under a condition, inside a block, or not at all); keep the value "
+        "in a name of forward's own and read that to let it through"
     )
 
 
