@@ -207,7 +207,18 @@ def test_a_with_block_name_and_a_ctx_attribute_read_back_after_the_block():
     [
         (
             "with torch.no_grad():\n    if x.requires_grad:\n        ctx.save_for_backward(x)",
-            "forward uses ctx inside a with block other than grad mode",
+            "forward uses ctx in an if block inside `with torch.no_grad():`, which migrate "
+            "splits only outside a with block",
+        ),
+        (
+            "if x.requires_grad:\n    y = x * 2\n    with torch.no_grad():\n"
+            "        ctx.save_for_backward(y)",
+            "forward uses ctx inside `with torch.no_grad():` within an if, loop or other block",
+        ),
+        (
+            "with torch.no_grad():\n    with torch.enable_grad():\n"
+            "        ctx.save_for_backward(x)",
+            "forward uses ctx in a with block nested in `with torch.no_grad():`",
         ),
         (
             "with torch.no_grad(), open('log.txt') as f:\n    ctx.save_for_backward(x)",
@@ -836,7 +847,8 @@ def test_needs_input_grad_without_a_torch_import_says_which_line_lets_it_through
     (refusal,) = migrate_source(source, "c.py").refusals
     assert refusal.reason == (
         "forward reads ctx.needs_input_grad, which migrate computes from the inputs only in a "
-        "module that has `import torch`; add that import to let it through"
+        "module that has `import torch` (a name forward does not assign); add that import to "
+        "let it through"
     )
 
 

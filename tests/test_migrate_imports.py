@@ -24,6 +24,11 @@ CASES = {
         "import math\n\nfrom .ops import f\n",
         "import math\n\nimport compatfn\n\nfrom .ops import f\n",
     ),
+    "into the import block after __all__, not beside __future__": (
+        'from __future__ import annotations\n\n__all__ = ["F"]\n\nimport math\n\nimport torch\n',
+        'from __future__ import annotations\n\n__all__ = ["F"]\n\nimport math\n\n'
+        "import compatfn\nimport torch\n",
+    ),
     "a new section after __future__ only": (
         "from __future__ import annotations\n\nX = 1\n",
         "from __future__ import annotations\n\nimport compatfn\n\nX = 1\n",

@@ -198,3 +198,78 @@ def test_the_refusal_names_the_statement_inside_an_if_that_keeps_it_from_being_s
         "forward assigns ctx.nus together with other targets; write `ctx.nus = value` on a line "
         "of its own to let it through"
     )
+
+
+def _migrated(body: str, head: str = "def forward(ctx, x)", extra: str = "") -> str:
+    source = (
+        "import torch\n\n\nclass F(torch.autograd.Function):\n"
+        f"    {extra}@staticmethod\n    {head}:\n{textwrap.indent(body, ' ' * 8)}\n"
+        "    @staticmethod\n    def backward(ctx, grad):\n        return grad\n"
+    )
+    result = migrate_source(source, "case.py")
+    assert not result.refusals, result.refusals
+    return result.new_source
+
+
+def test_forward_starts_without_the_blank_line_its_first_ctx_call_left():
+    new = _migrated("ctx.save_for_backward(x)\n\ny = x * 2\nreturn y\n")
+    assert "    def forward(x):\n        y = x * 2\n" in new
+
+
+def test_a_return_annotation_is_dropped_where_forward_returns_intermediates_too():
+    body = "y = x * 2\nctx.y = y.exp()\ny = y + 1\nreturn y\n"
+    new = _migrated(body, "def forward(ctx, x) -> torch.Tensor")
+    assert "    def forward(x):\n" in new and "return y, y_\n" in new
+    kept = _migrated(
+        "ctx.save_for_backward(x)\nreturn x * 2\n", "def forward(ctx, x) -> torch.Tensor"
+    )
+    assert "    def forward(x) -> torch.Tensor:\n" in kept  # nothing more returned: kept
+
+
+def test_setup_context_keeps_its_parameter_names_where_only_forward_uses_them():
+    new = _migrated(
+        "output = x * 2\ninputs = output + 1\nctx.save_for_backward(x)\nreturn inputs\n"
+    )
+    assert "def setup_context(ctx, inputs, output):\n        (x,) = inputs\n" in new
+
+
+def test_one_input_of_a_star_forward_is_unpacked_alone():
+    new = _migrated("ctx.f = f\nreturn x * 2\n", "def forward(ctx, f, x, y, *rest)").replace(
+        "ctx.f = f", "ctx.f = f"
+    )
+    assert "        f = inputs[0]\n" in new
+
+
+def test_torch_jit_ignore_on_forward_stays():
+    new = _migrated("ctx.save_for_backward(x)\nreturn x * 2\n", extra="@torch.jit.ignore\n    ")
+    assert "    @staticmethod\n    @torch.jit.ignore\n    def forward(x):\n" in new
+
+
+def test_an_unknown_forward_decorator_is_refused_with_a_change_that_works():
+    source = _source_with_decorator("@functools.lru_cache()")
+    (refusal,) = migrate_source(source, "case.py").refusals
+    assert "remove it (or migrate this class by hand)" in refusal.reason
+    assert "call it inside" not in refusal.reason
+
+
+def _source_with_decorator(decorator: str) -> str:
+    return (
+        "import functools\nimport torch\n\n\nclass F(torch.autograd.Function):\n"
+        f"    @staticmethod\n    {decorator}\n    def forward(ctx, x):\n"
+        "        ctx.save_for_backward(x)\n        return x\n\n"
+        "    @staticmethod\n    def backward(ctx, grad):\n        return grad\n"
+    )
+
+
+def test_a_read_back_of_an_attribute_set_under_a_condition_names_the_condition():
+    source = (
+        "import torch\n\n\nclass F(torch.autograd.Function):\n    @staticmethod\n"
+        "    def forward(ctx, x, flag):\n        if flag:\n            ctx.a = x * 2\n"
+        "        return x * ctx.a\n\n    @staticmethod\n    def backward(ctx, grad):\n"
+        "        return grad, None\n"
+    )
+    (refusal,) = migrate_source(source, "case.py").refusals
+    assert refusal.reason.startswith(
+        "forward reads ctx.a back where migrate cannot tell which value it holds (forward sets "
+        "it only under a condition"
+    )

@@ -15,6 +15,7 @@ from ._branches import (
     sets_attribute,
     split_if,
     split_with,
+    with_misuse,
 )
 from ._ctx_uses import ReadBacks, ctx_misuse, is_ctx_statement, reads_attribute
 from ._outputs import ends_with, outputs, returns, returns_one_tuple, views_of_saved_inputs
@@ -97,7 +98,8 @@ class ForwardAnalysis:
         if self.deferred:
             localize = Localize(self.ctx, self.deferred)
             self.body = [stmt.visit(localize) for stmt in self.body]  # type: ignore[misc]
-        if torch_name is not None and torch_name not in self.taken:
+        local = {self.ctx, *self.param_names, *self._assigned()}
+        if torch_name is not None and torch_name not in local:
             self.body = self._needs_input_grad_from_inputs(torch_name)
         self.placement = Placement(
             self.body, self.ctx, self.cls, self.param_names, self.readbacks, self.values, self.taken
@@ -129,6 +131,13 @@ class ForwardAnalysis:
 
     def split(self) -> Split:
         body, ctx_statements = self._partition()
+        both = [n for n in self.values.intermediates if n in self.values.inputs]
+        if both:
+            raise Refused(
+                f"setup_context needs both the input {both[0]} and the value forward assigns "
+                f"to {both[0]} later; give that value a name of its own to let it through",
+                self.fn,
+            )
         body = start_as_none(body, self.values.intermediates, self.param_names)
         output_names, count = outputs(body, self.values, self.grads)
         body = views_of_saved_inputs(
@@ -192,7 +201,7 @@ class ForwardAnalysis:
                 keep += self.placement.place_with(index, stmt, *with_parts)
                 moved += with_parts[1]
                 continue
-            misuse = ctx_misuse(stmt, self.ctx)
+            misuse = with_misuse(stmt, self.ctx) or ctx_misuse(stmt, self.ctx)
             if misuse:
                 raise Refused(misuse, stmt)
             keep.append(stmt)

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import libcst as cst
 
 from ._ctx_uses import ctx_misuse, is_ctx_statement
-from ._syntax import dotted, statement, walk
+from ._syntax import dotted, source_of, statement, walk
 
 PASS = cst.SimpleStatementLine([cst.Pass()])
 
@@ -164,6 +164,39 @@ def split_with(
     if any(isinstance(n, (cst.Return, cst.Break, cst.Continue)) for s in kept for n in walk(s)):
         return None
     return stmt.with_changes(body=stmt.body.with_changes(body=kept or [PASS])), moved
+
+
+def with_misuse(stmt: cst.BaseStatement, ctx: str) -> Optional[str]:
+    """Why a grad mode/device/autocast ``with`` that uses ctx cannot be split: the statement in
+    it that keeps it whole (None for another statement, or where the block splits)."""
+    if not neutral_with(stmt):
+        return None
+    assert isinstance(stmt, cst.With) and isinstance(stmt.body, cst.IndentedBlock)
+    block = f"`with {', '.join(source_of(item.item) for item in stmt.items)}:`"
+    for inner in stmt.body.body:
+        uses = any(isinstance(n, cst.Name) and n.value == ctx for n in walk(inner, True))
+        if not uses or (
+            isinstance(inner, cst.SimpleStatementLine) and is_ctx_statement(inner, ctx)
+        ):
+            continue
+        if isinstance(inner, cst.If):
+            return (
+                f"forward uses ctx in an if block inside {block}, which migrate splits only "
+                "outside a with block; compute the values inside the with block and put the if "
+                "with the ctx statements after it to let it through"
+            )
+        if neutral_with(inner):
+            return (
+                f"forward uses ctx in a with block nested in {block}; move the ctx statements "
+                "out of the inner block to let it through"
+            )
+        return ctx_misuse(inner, ctx)
+    if any(isinstance(n, (cst.Return, cst.Break, cst.Continue)) for n in walk(stmt)):
+        return (
+            f"forward returns (or leaves a loop) inside {block}, which also uses ctx; return "
+            "after the block to let it through"
+        )
+    return None
 
 
 def _branches(stmt: cst.If) -> List[Union[cst.If, cst.Else]]:

@@ -27,6 +27,7 @@ def add_parser(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     mig.add_argument("paths", nargs="+", type=Path, metavar="PATH", help=".py files or folders")
+
     mode = mig.add_mutually_exclusive_group()
     mode.add_argument(
         "--diff", action="store_true", help="print a unified diff to stdout (the default)"
@@ -40,6 +41,15 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="also exit 1 when a class is refused (a CI or pre-commit check that every legacy "
         "Function is migrated)",
+    )
+    mig.add_argument(
+        "--verify",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND",
+        help="last, after `--`, a test command: run it on a copy of this folder and on a migrated "
+        "copy, record every call of every migrated Function in both, and report per class the "
+        "calls seen, identical, different and the classes never exercised; exit 1 on a "
+        "difference (files are left unchanged)",
     )
     mig.add_argument(
         "--decorator",
@@ -62,5 +72,23 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.verify is not None:
+        return _verify(args)
     mode = "write" if args.write else "check" if args.check else "diff"
     return run(args.paths, mode=mode, decorator=args.decorator, strict=args.strict)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    """``--verify PATH... -- COMMAND...``."""
+    from ._verify import verify
+
+    command = list(args.verify)
+    command = command[1:] if command[:1] == ["--"] else command
+    paths = list(args.paths)
+    if not command:
+        print("error: --verify needs a test command after --", file=sys.stderr)
+        return 2
+    if not paths:
+        print("error: --verify needs a PATH to migrate before --", file=sys.stderr)
+        return 2
+    return verify(paths, command, args.decorator)

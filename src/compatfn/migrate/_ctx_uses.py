@@ -124,7 +124,8 @@ def _describe_ctx_use(name: cst.Name, parents: List[cst.CSTNode]) -> str:
     if isinstance(parent, cst.Attribute) and parent.attr.value == "needs_input_grad":
         return (  # the reason, wherever forward reads it: see NOTE: [needs_input_grad in forward]
             "forward reads ctx.needs_input_grad, which migrate computes from the inputs only "
-            "in a module that has `import torch`; add that import to let it through"
+            "in a module that has `import torch` (a name forward does not assign); add that "
+            "import to let it through"
         )
     kinds = [
         (
@@ -161,7 +162,7 @@ def _describe_ctx_use(name: cst.Name, parents: List[cst.CSTNode]) -> str:
     ]
     for types, reason in kinds:
         if any(isinstance(node, types) for node in parents):
-            return reason
+            return _with_reason(parents) if types == (cst.With,) else reason
     if isinstance(parent, cst.Attribute):
         attr = parent.attr.value
         grand = parents[-2] if len(parents) > 1 else None
@@ -186,6 +187,25 @@ def _describe_ctx_use(name: cst.Name, parents: List[cst.CSTNode]) -> str:
     return "forward uses ctx in a way migrate cannot move to setup_context"
 
 
+def _with_reason(parents: List[cst.CSTNode]) -> str:
+    """Why ctx inside the innermost ``with`` of ``parents`` stays: a block migrate does not know,
+    or one it knows nested where it does not split it."""
+    from ._branches import neutral_with  # imports this module
+
+    inner = [node for node in parents if isinstance(node, cst.With)][-1]
+    if not neutral_with(inner):
+        return (
+            "forward uses ctx inside a with block other than grad mode, a device guard or "
+            "autocast; move the ctx calls after the block to let it through"
+        )
+    items = ", ".join(source_of(item.item) for item in inner.items)
+    return (
+        f"forward uses ctx inside `with {items}:` within an if, loop or other block, where "
+        "migrate does not split it; move the ctx statements out of the with block to let it "
+        "through"
+    )
+
+
 def _passes_ctx(call: cst.Call) -> str:
     callee = dotted(call.func) or source_of(call.func)
     return (
@@ -196,8 +216,9 @@ def _passes_ctx(call: cst.Call) -> str:
 
 def _reads_back(attr: str) -> str:
     return (
-        f"forward reads ctx.{attr} back, which forward does not set; use the value it "
-        "holds to let it through"
+        f"forward reads ctx.{attr} back where migrate cannot tell which value it holds "
+        "(forward sets it only under a condition, inside a block, or not at all); keep the value "
+        "in a name of forward's own and read that to let it through"
     )
 
 

@@ -101,6 +101,11 @@ def _import_block(body: Sequence[cst.BaseStatement]) -> Tuple[int, int]:
     end = start
     while end < len(body) and _is_import_line(body[end]):
         end += 1
+    if all(_module_of(line)[0] == "__future__" for line in body[start:end]):  # type: ignore[arg-type]
+        later = next((i for i in range(end, len(body)) if _is_import_line(body[i])), None)
+        if later is not None:  # `__all__ = [...]` or a comment between: the imports come later
+            start, end = _import_block(body[later:])
+            return later + start, later + end
     return start, end
 
 

@@ -23,6 +23,10 @@ GRAD_MODE_DECORATORS = {
 }
 
 
+#: TorchScript marks that only tell the scripting compiler to leave the method alone: kept.
+SCRIPTING_MARKS = {"torch.jit.ignore", "torch.jit.unused", "torch.jit._script.ignore"}
+
+
 def strip_ctx_decorators(
     fn: cst.FunctionDef, names: Names, api: str, what: str
 ) -> List[cst.Decorator]:
@@ -38,7 +42,7 @@ def strip_ctx_decorators(
             continue
         expr = decorator.decorator
         qualified = names.qualify(expr.func if isinstance(expr, cst.Call) else expr) or ""
-        if what == "forward" and qualified in GRAD_MODE_DECORATORS:
+        if what == "forward" and qualified in GRAD_MODE_DECORATORS | SCRIPTING_MARKS:
             kept.append(decorator)  # forward keeps its grad mode; setup_context runs without
             continue
         if qualified.endswith("once_differentiable") and what != "forward":
@@ -47,7 +51,8 @@ def strip_ctx_decorators(
         if what == "forward" or name is None:
             raise Refused(
                 f"{fn.name.value} has a decorator migrate does not know: "
-                f"@{source_of(decorator.decorator)}; call it inside the method to let it through",
+                f"@{source_of(decorator.decorator)}, which may use ctx or the arguments; "
+                "remove it (or migrate this class by hand) to let it through",
                 fn,
             )
         kept.append(decorator)
@@ -134,9 +139,12 @@ def setup_lines(
         unpack_inputs.append(statement(f"{tuple_target(names)} = {inputs_name}\n"))
     elif split.star is not None:
         count = len(names)
-        if any(n != "_" for n in names):
-            head = tuple_target(names)
-            unpack_inputs.append(statement(f"{head} = {inputs_name}[:{count}]\n"))
+        used = [i for i, n in enumerate(names) if n != "_"]
+        if len(used) == 1:  # `f = inputs[0]`, not `f, _, _ = inputs[:3]`
+            unpack_inputs.append(statement(f"{names[used[0]]} = {inputs_name}[{used[0]}]\n"))
+        elif used:
+            head = tuple_target(names[: used[-1] + 1])
+            unpack_inputs.append(statement(f"{head} = {inputs_name}[:{used[-1] + 1}]\n"))
         if split.star in needed:
             rest = f"{inputs_name}[{count}:]" if count else inputs_name
             unpack_inputs.append(statement(f"{split.star} = {rest}\n"))

@@ -9,7 +9,7 @@ import libcst as cst
 
 from ._ctx_uses import ctx_call_names
 from ._placement import Values
-from ._syntax import walk
+from ._syntax import Refused, walk
 
 
 def returns(body: Sequence[cst.BaseStatement]) -> List[cst.Return]:
@@ -107,6 +107,14 @@ def views_of_saved_inputs(
     }
     if not views:
         return body
+    marked = sorted(views & ctx_call_names(moved, ctx, "mark_non_differentiable"))
+    if marked:
+        raise Refused(
+            f"forward returns its input {marked[0]} as it is, saves it and marks it "
+            "non-differentiable; setup_context would have to mark a view of it (torch refuses "
+            f"to save the input itself there), so return {marked[0]}.clone() or do not mark it "
+            "to let it through"
+        )
     last = body[-1]
     assert isinstance(last, cst.SimpleStatementLine)
     ret = last.body[-1]

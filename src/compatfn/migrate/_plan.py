@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ._analysis import ForwardAnalysis, body_statements
+from ._analysis import ForwardAnalysis, Split, body_statements
 from ._chains import plan_super, super_call
 from ._methods import (
     delegate,
@@ -22,6 +22,7 @@ from ._methods import (
 from ._names import Names
 from ._syntax import (
     Refused,
+    bindings,
     decorator_name,
     dotted,
     loaded_names,
@@ -100,6 +101,17 @@ def _grad_count(backward: Optional[cst.FunctionDef]) -> Optional[int]:
         return None
     skip = 2 if method_kind(backward) == "class" else 1
     return len([*params.posonly_params, *params.params]) - skip
+
+
+def setup_names(split: Split) -> Set[str]:
+    """The names setup_context's own body uses (its ``inputs`` and ``output`` parameters must
+    differ from these only: forward's other locals live in another scope)."""
+    names = {split.ctx, *split.values.intermediates, *split.values.outputs}
+    names |= {p.name.value for p in split.params}
+    names |= {split.star} if split.star else set()
+    for stmt in split.ctx_statements:
+        names |= loaded_names(stmt) | bindings(stmt)[0]
+    return names
 
 
 class Planner:
@@ -236,7 +248,7 @@ class Planner:
         plan.forward_params = split.params
         plan.setup_ctx = split.ctx
         decorators = strip_ctx_decorators(forward, self.names, self.api, "forward")
-        body = forward_return(split, split.forward_body)
+        body = tidy_first(forward_return(split, split.forward_body))
         uses_cls = analysis.cls is not None and any(analysis.cls in loaded_names(s) for s in body)
         plan.forward_impl = uses_cls or (kind == "class" and bool(self.children.get(plan.name)))
         if plan.forward_impl and split.star is not None:
@@ -246,6 +258,9 @@ class Planner:
                 forward,
             )
         new_forward = forward.with_changes(body=forward.body.with_changes(body=body))
+        if plan.intermediates and forward.returns is not None:
+            # forward now returns its intermediates too, of types the codemod cannot name
+            new_forward = new_forward.with_changes(returns=None)
         drop = 2 if kind == "class" else 1
         if plan.forward_impl:
             impl = drop_first_params(new_forward, drop)
@@ -260,8 +275,7 @@ class Planner:
             methods = [impl, public]
         else:
             methods = [with_kind(drop_first_params(new_forward, drop), "staticmethod", decorators)]
-        taken = set(analysis.taken)
-        inputs_name, output_name, unpack_in, unpack_out = setup_lines(split, taken)
+        inputs_name, output_name, unpack_in, unpack_out = setup_lines(split, setup_names(split))
         plan.needed_inputs = split.values.inputs
         plan.setup_names = (inputs_name, output_name)
         plan.setup_tail = [*unpack_out, *tidy_first(split.ctx_statements)]

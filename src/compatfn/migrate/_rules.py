@@ -36,7 +36,8 @@ or from such a class in the same file) whose forward takes ctx:
     (torch.cuda.device/device_of, torch.device) and autocast, ctx calls on plain names move to
     setup_context, ctx attributes become local variables computed in the block, and a tail of
     the block that evaluates only names (`if flag is None: y = out; ctx.save_for_backward(y)`)
-    moves after it; @torch.no_grad()/enable_grad() on forward stay; a backward without
+    moves after it; @torch.no_grad()/enable_grad() and @torch.jit.ignore/unused on forward
+    stay; a backward without
     @staticmethod gets it; an input returned as it is and saved is returned as x.view_as(x)
     (torch 2.x requires it);
   - an if block made only of ctx statements that reads the random state (torch.get_rng_state,
@@ -48,7 +49,9 @@ or from such a class in the same file) whose forward takes ctx:
   - @compatfn.function and `import compatfn` are added (--decorator: your vendored copy), where
     isort and ruff put them.
 Fn.apply(...) callers need no change; comments, formatting, line endings, encoding and a
-byte-order mark are kept; a second run changes nothing.
+byte-order mark are kept; a second run changes nothing. Each rewrite is checked before it is
+written: the new class must compile and its methods read no name they do not bind on every path
+(where the original did); a class that fails the check is refused.
 
 Refused (left untouched, reported as `path:line: Class: reason` on stderr, with the change that
 would let it through): ctx attributes forward does not set read back, or ctx passed to a
@@ -72,7 +75,8 @@ same run, or they keep calling the old forward(ctx, ...)).
 
 EXIT_STATUS = """\
 Exit status: 0 done (refusals included, unless --strict); 1 with --check when a file would
-change, with --strict when a class is refused, or a file that cannot be written; 2 a usage error
+change, with --strict when a class is refused, with --verify when a call differs, or a file that
+cannot be written; 2 a usage error
 (missing path, a file that cannot be read or parsed, libcst not installed). Each file is
 handled on its own: one that fails is reported and the run goes on; --write replaces a file in
 one step, so none is ever half-written.

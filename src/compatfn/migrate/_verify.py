@@ -1,0 +1,157 @@
+"""``migrate --verify -- COMMAND``: run the user's own test command on a copy of the original tree
+and on a migrated copy, record every call of every migrated Function in both (inputs, outputs,
+the gradients its backward returns; see :mod:`._recorder`) and report, class by class, how many
+calls each run made, how many were identical, which differed, and which classes the tests never
+called.
+
+Example::
+
+    verify(["src/mylib"], ["python", "-m", "pytest", "-q", "tests"])  # 0: identical, 1: not
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Sequence, Tuple
+
+from ._command import python_files
+from ._rewrite import DEFAULT_DECORATOR, migrate_source
+
+IGNORED = shutil.ignore_patterns(
+    ".git", ".nox", ".tox", ".venv", "venv", "__pycache__", "*.egg-info", "build", "dist"
+)
+
+
+def _copy(root: Path, target: Path) -> None:
+    shutil.copytree(root, target, ignore=IGNORED, symlinks=True)
+
+
+def _migrate_copy(copy: Path, paths: Sequence[Path], decorator: str) -> Dict[str, List[str]]:
+    """Migrate the files of ``paths`` inside ``copy``; {file: migrated class names}."""
+    migrated: Dict[str, List[str]] = {}
+    for path in python_files([copy / p for p in paths]):
+        result = migrate_source(path.read_bytes(), path.as_posix(), decorator)
+        if result.migrated:
+            path.write_bytes(result.new_bytes())
+            migrated[path.relative_to(copy).as_posix()] = list(result.migrated)
+    return migrated
+
+
+def _run(copy: Path, command: Sequence[str], classes: Dict[str, List[str]], out: Path) -> int:
+    """Run ``command`` in ``copy`` with the recorder first on PYTHONPATH; its exit status."""
+    hook = out / "hook"
+    hook.mkdir(parents=True)
+    shutil.copy(Path(__file__).with_name("_recorder.py"), hook / "sitecustomize.py")
+    path = [str(hook), str(copy)] + ([str(copy / "src")] if (copy / "src").is_dir() else [])
+    old = os.environ.get("PYTHONPATH")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(path + ([old] if old else [])),
+        "COMPATFN_VERIFY_CLASSES": json.dumps({str(copy / f): n for f, n in classes.items()}),
+        "COMPATFN_VERIFY_OUT": str(out),
+    }
+    return subprocess.call(list(command), cwd=copy, env=env)
+
+
+def _load_calls(out: Path) -> Dict[str, List[Dict[str, Any]]]:
+    import torch
+
+    calls: Dict[str, List[Dict[str, Any]]] = {}
+    files = sorted(out.glob("calls-*.pt"), key=lambda p: p.stat().st_mtime)
+    for file in files:
+        for key, entries in torch.load(file).items():
+            calls.setdefault(key, []).extend(entries)
+    return calls
+
+
+def _same(a: Any, b: Any) -> bool:
+    import torch
+
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and bool((a.eq(b) | (a.isnan() & b.isnan())).all())
+        )
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    return bool(a == b)
+
+
+def compare_calls(
+    original: List[Dict[str, Any]], migrated: List[Dict[str, Any]]
+) -> Tuple[int, List[str]]:
+    """(identical calls, a line per difference) for one class's calls, in call order."""
+    problems: List[str] = []
+    if len(original) != len(migrated):
+        problems.append(f"{len(original)} calls on the original, {len(migrated)} migrated")
+    identical = 0
+    for index, (a, b) in enumerate(zip(original, migrated)):
+        if not _same(a["inputs"], b["inputs"]):
+            problems.append(f"call {index + 1}: different inputs (is the test seeded?)")
+        elif not _same(a.get("outputs"), b.get("outputs")):
+            problems.append(f"call {index + 1}: different outputs")
+        elif not _same(a["grads"], b["grads"]):
+            problems.append(f"call {index + 1}: different gradients")
+        else:
+            identical += 1
+    return identical, problems
+
+
+def verify(
+    paths: Sequence[Path], command: Sequence[str], decorator: str = DEFAULT_DECORATOR
+) -> int:
+    """The ``--verify`` command; exit status 0 when every call was identical, 1 otherwise."""
+    root = Path.cwd()
+    with tempfile.TemporaryDirectory(prefix="compatfn-verify-") as scratch:
+        base = Path(scratch)
+        original, migrated = base / "original" / root.name, base / "migrated" / root.name
+        _copy(root, original)
+        _copy(root, migrated)
+        relative = [Path(os.path.relpath(Path(p).resolve(), root)) for p in paths]
+        classes = _migrate_copy(migrated, relative, decorator)
+        if not classes:
+            print("verify: nothing to migrate, nothing to compare", file=sys.stderr)
+            return 0
+        print(f"verify: running {' '.join(command)} on the original tree", file=sys.stderr)
+        status_o = _run(original, command, classes, base / "calls-original")
+        print(f"verify: running {' '.join(command)} on the migrated tree", file=sys.stderr)
+        status_m = _run(migrated, command, classes, base / "calls-migrated")
+        calls_o = _load_calls(base / "calls-original")
+        calls_m = _load_calls(base / "calls-migrated")
+    return report(classes, calls_o, calls_m, status_o, status_m)
+
+
+def report(
+    classes: Dict[str, List[str]],
+    calls_o: Dict[str, List[Dict[str, Any]]],
+    calls_m: Dict[str, List[Dict[str, Any]]],
+    status_o: int,
+    status_m: int,
+) -> int:
+    """Print the per-class table; 1 if a call differed or the test command's status did."""
+    failed = status_o != status_m
+    print(f"test command exit status: original {status_o}, migrated {status_m}")
+    seen = set(calls_o) | set(calls_m)
+    for file, names in sorted(classes.items()):
+        module_keys = [k for k in seen if k.rsplit(".", 1)[-1] in names]
+        for name in names:
+            keys = sorted(k for k in module_keys if k.endswith(f".{name}") or k == name)
+            if not keys:
+                print(f"{file}: {name}: never exercised")
+                continue
+            for key in keys:
+                identical, problems = compare_calls(calls_o.get(key, []), calls_m.get(key, []))
+                count = len(calls_m.get(key, []))
+                verdict = "identical" if not problems else f"DIFFERENT ({'; '.join(problems[:3])})"
+                print(f"{file}: {key}: {count} calls, {identical} identical: {verdict}")
+                failed = failed or bool(problems)
+    return 1 if failed else 0

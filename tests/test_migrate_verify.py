@@ -1,0 +1,84 @@
+"""``compatfn migrate PATH --verify COMMAND``: the user's test command runs on a copy of the
+original tree and on a migrated copy; every call of every migrated Function is recorded in both
+and compared class by class (calls, identical, different, never exercised); exit 1 on a
+difference."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("libcst")
+from compatfn.migrate._verify import compare_calls, report
+from migrate_support import LEGACY_SQUARE, migrate_cli
+
+
+def _call(x: float, grad: float) -> dict:
+    return {
+        "inputs": [torch.tensor([x]), {}],
+        "outputs": torch.tensor([x * x]),
+        "grads": (torch.tensor([grad]),),
+    }
+
+
+def test_identical_calls_are_counted():
+    assert compare_calls([_call(1.0, 2.0)] * 2, [_call(1.0, 2.0)] * 2) == (2, [])
+
+
+@pytest.mark.parametrize(
+    "migrated, problem",
+    [
+        ([_call(1.0, 2.5)], "call 1: different gradients"),
+        ([{**_call(1.0, 2.0), "outputs": torch.tensor([0.0])}], "call 1: different outputs"),
+        ([_call(3.0, 2.0)], "call 1: different inputs (is the test seeded?)"),
+        ([], "1 calls on the original, 0 migrated"),
+    ],
+)
+def test_a_difference_is_named(migrated, problem):
+    identical, problems = compare_calls([_call(1.0, 2.0)], migrated)
+    assert identical == 0 and problems[0] == problem
+
+
+def test_report_names_classes_never_exercised_and_fails_on_a_difference(capsys):
+    classes = {"lib/ops.py": ["Square", "Cube"]}
+    calls = {"lib.ops.Square": [_call(1.0, 2.0)]}
+    assert report(classes, calls, calls, 0, 0) == 0
+    out = capsys.readouterr().out
+    assert "lib/ops.py: lib.ops.Square: 1 calls, 1 identical: identical" in out
+    assert "lib/ops.py: Cube: never exercised" in out
+    other = {"lib.ops.Square": [_call(1.0, 3.0)]}
+    assert report(classes, calls, other, 0, 0) == 1
+    assert "DIFFERENT (call 1: different gradients)" in capsys.readouterr().out
+    assert report(classes, calls, calls, 0, 1) == 1  # the tests themselves disagree
+
+
+def _project(tmp_path: Path) -> Path:
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "__init__.py").write_text("")
+    (tmp_path / "lib" / "ops.py").write_text(LEGACY_SQUARE)
+    seed = "torch.manual_seed(0)\n"
+    (tmp_path / "check.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from lib.ops import Square
+            """
+        )
+        + seed
+        + "x = torch.randn(3, dtype=torch.float64, requires_grad=True)\n"
+        + "Square.apply(x).sum().backward()\nSquare.apply(x * 2).sum().backward()\n"
+    )
+    return tmp_path
+
+
+def test_verify_runs_the_command_on_both_trees_and_compares_every_call(tmp_path):
+    import sys
+
+    cwd = _project(tmp_path)
+    done = migrate_cli("lib", "--verify", sys.executable, "check.py", cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    assert "lib/ops.py: lib.ops.Square: 2 calls, 2 identical: identical" in done.stdout
+    assert (cwd / "lib" / "ops.py").read_text() == LEGACY_SQUARE  # the tree is left as it was
