@@ -1,0 +1,83 @@
+"""``compatfn.custom_op`` against torch's own ``torch.library.custom_op``, on generated cases
+(``library_oracle``): outputs, gradients, errors, kernel and setup_context calls, what reaches the
+kernel, random state, version counters and node names must be the same.
+
+On torch >= 2.4 every tier this torch runs is compared with torch's own op side by side; older
+torch compares with the outcomes torch's own op gave a fixed set of cases on the newest torch
+(``tests/data/custom_op_oracle.json``; ``python tests/library_oracle.py --record`` rewrites it).
+The CI budget is small; ``COMPATFN_HYPOTHESIS_PROFILE=nightly`` draws many more cases.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from typing import Any, Dict
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+
+import library_oracle as oracle
+from compatfn.library import _custom_op
+from library_support import TIERS
+
+_NIGHTLY = os.environ.get("COMPATFN_HYPOTHESIS_PROFILE") == "nightly"
+_EXAMPLES = 600 if _NIGHTLY else 40
+_RUN = uuid.uuid4().hex[:6]
+_count = iter(range(10**9))
+HAS_TORCH_OP = hasattr(torch, "library") and hasattr(torch.library, "custom_op")
+
+
+def _ours(tier: str) -> Any:
+    def make(qualname: str, fn: Any, mutates_args: Any, schema: Any) -> Any:
+        return _custom_op(qualname, fn, mutates_args, None, schema, tier)
+
+    return make
+
+
+def _theirs(qualname: str, fn: Any, mutates_args: Any, schema: Any) -> Any:
+    return torch.library.custom_op(qualname, fn, mutates_args=mutates_args, schema=schema)
+
+
+def compare(case: Dict[str, Any], tier: str) -> None:
+    """``case`` gives the same outcome on compatfn's op (``tier``) and torch's own."""
+    n = next(_count)
+    expected = oracle.outcome(case, _theirs, f"cft{_RUN}_torch{n}::op")
+    got = oracle.outcome(case, _ours(tier), f"cft{_RUN}_ours{n}::op")
+    assert got == expected, _explain(case, got, expected)
+
+
+def _explain(case: Dict[str, Any], got: Dict[str, Any], expected: Dict[str, Any]) -> str:
+    keys = sorted(set(got) | set(expected))
+    lines = [f"case: {json.dumps(case)}"]
+    lines += [f"{k}: ours {got.get(k)!r} / torch {expected.get(k)!r}" for k in keys if got.get(k) != expected.get(k)]
+    return "\n".join(lines)
+
+
+@pytest.mark.skipif(not HAS_TORCH_OP, reason=f"torch {torch.__version__} has no custom_op")
+@pytest.mark.parametrize("tier", TIERS)
+@settings(
+    max_examples=_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(case=oracle.cases())
+def test_generated_cases_match_torch_custom_op(tier: str, case: Dict[str, Any]) -> None:
+    compare(case, tier)
+
+
+def _recorded() -> Any:
+    return json.loads(oracle.RECORDED.read_text())["rows"]
+
+
+@pytest.mark.skipif(HAS_TORCH_OP, reason="compared side by side with torch's own op here")
+@pytest.mark.parametrize("tier", TIERS)
+def test_recorded_cases_match_torch_custom_op(tier: str) -> None:
+    differing = []
+    for i, row in enumerate(_recorded()):
+        got = oracle.outcome(row["case"], _ours(tier), f"cft{_RUN}_ours{next(_count)}::op")
+        if got != row["torch"]:
+            differing.append(f"[{i}] " + _explain(row["case"], got, row["torch"]))
+    assert not differing, f"{len(differing)} cases differ:\n" + "\n".join(differing)
