@@ -449,11 +449,12 @@ def _context(name: str, events: List[str]) -> Any:
 
 _NAMESPACE = re.compile(r"cft\w*?_(torch|ours)\d+")
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+_MODULE = re.compile(r"<module [^>]*>")
 
 
 def normalise(text: str) -> str:
-    """``text`` with the test's namespaces and memory addresses replaced."""
-    return _ADDRESS.sub("0x?", _NAMESPACE.sub("NS", text))
+    """``text`` with the test's namespaces, memory addresses and module paths replaced."""
+    return _MODULE.sub("<module>", _ADDRESS.sub("0x?", _NAMESPACE.sub("NS", text)))
 
 
 def _error(e: BaseException) -> List[str]:
@@ -513,7 +514,7 @@ def outcome(case: Dict[str, Any], maker: Callable, qualname: str) -> Dict[str, A
 
 
 def _backward_outcome(output: Any, tensors: List[Any], state: Dict[str, Any]) -> Any:
-    outs = [output] if isinstance(output, torch.Tensor) else list(output or [])
+    outs = list(output) if isinstance(output, (tuple, list)) else [output]
     outs = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
     if not outs:
         return None
@@ -526,6 +527,73 @@ def _backward_outcome(output: Any, tensors: List[Any], state: Dict[str, Any]) ->
         return {"error": _error(e)}
     return [None if g is None else g.tolist() for g in grads]
 
+
+# --------------------------------------------------------------------------- regressions
+
+
+def case(kernel: str = "pure", outputs: int = 1, **fields: Any) -> Dict[str, Any]:
+    """An explicit case: one tensor ``x`` passed by position unless ``params``/``args`` say
+    otherwise, plain context, nothing registered."""
+    result: Dict[str, Any] = {
+        "params": [{"name": "x", "type": "Tensor", "default": "none"}],
+        "outputs": outputs,
+        "mutates": [],
+        "kernel": kernel,
+        "autograd": False,
+        "fake": False,
+        "schema": "none",
+        "args": [{"how": "pos", "value": "tensor"}],
+        "grad": [],
+        "context": "plain",
+    }
+    result.update(fields)
+    return result
+
+
+def _with_scalar(kind: str, default: Any, value: Any, **fields: Any) -> Dict[str, Any]:
+    return case(
+        params=[
+            {"name": "x", "type": "Tensor", "default": "none"},
+            {"name": "a0", "type": kind, "default": default},
+        ],
+        args=[{"how": "pos", "value": "tensor"}, {"how": "pos", "value": value}],
+        **fields,
+    )
+
+
+#: Shrunk failures of the generated cases, each kept as an explicit case (name -> case).
+REGRESSIONS: Dict[str, Dict[str, Any]] = {
+    "a list for a tuple runs the kernel once": case("list_for_tuple", 2),
+    "a list for a tuple, input requiring grad": case("list_for_tuple", 2, grad=["x"], autograd=True),
+    "a 1-tuple for two outputs runs the kernel once": case("one_tuple", 2),
+    "None for two outputs runs the kernel once": case("return_none", 2),
+    "None for a tensor runs the kernel once": case("return_none", 1),
+    "a float for a tensor": case("return_float", 1),
+    "an input returned, setup_context not run": case(
+        "return_input", 1, grad=["x"], autograd=True, context="saved_tensor_hooks"
+    ),
+    "a view of an input returned": case("return_view", 1, context="anomaly"),
+    "autograd.grad in the kernel finds no graph": case("autograd_grad"),
+    "a captured leaf changed in place": case("capture_param_inplace"),
+    "a captured non-leaf returned keeps its grad_fn": case("return_nonleaf"),
+    "a view of a captured leaf returned": case("return_param_view"),
+    "enable_grad inside inference_mode records nothing": case(
+        "capture_param", grad=["x"], autograd=True, context="enable_grad_in_inference"
+    ),
+    "inference_mode": case("capture_param", grad=["x"], autograd=True, context="inference_mode"),
+    "explicit schema wins over annotations": _with_scalar("int", "none", 3, schema="float_for_int"),
+    "an int outside int64": _with_scalar("int", "none", "int64_overflow"),
+    "-0.0 for a 0.0 default": _with_scalar("float", 0.0, -0.0),
+    "-0.0 for a 0.0 default, with grad": _with_scalar("float", 0.0, -0.0, grad=["x"], autograd=True),
+    "10**400 for a float": _with_scalar("float", "none", "big_int"),
+    "bytes for a str": _with_scalar("str", "none", "bytes"),
+    "np.bool_ for a bool": _with_scalar("bool", "none", "np.bool_(True)"),
+    "np.int64 for an int": _with_scalar("int", "none", "np.int64(4)"),
+    "a declared mutation bumps the version once": case(
+        "inplace_declared", 0, mutates=["x"], context="checkpoint"
+    ),
+    "a declared mutation with a raising kernel": case("raising", 2, mutates=["x"]),
+}
 
 # --------------------------------------------------------------------------- the stored set
 
@@ -555,8 +623,11 @@ def fixed_cases(count: int = RECORDED_CASES) -> List[Dict[str, Any]]:
 def record() -> None:
     """Store the outcomes torch's own op gives the fixed set (run on the newest torch)."""
     rows = []
-    for i, case in enumerate(fixed_cases()):
-        rows.append({"case": case, "torch": outcome(case, torch.library.custom_op, f"cft_torch{i}::op")})
+    named = [(name, c) for name, c in REGRESSIONS.items()]
+    named += [(f"generated {i}", c) for i, c in enumerate(fixed_cases())]
+    for i, (name, c) in enumerate(named):
+        expected = outcome(c, torch.library.custom_op, f"cft_torch{i}::op")
+        rows.append({"name": name, "case": c, "torch": expected})
     RECORDED.parent.mkdir(exist_ok=True)
     payload = {"torch": torch.__version__, "rows": rows}
     RECORDED.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")

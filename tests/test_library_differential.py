@@ -68,6 +68,12 @@ def test_generated_cases_match_torch_custom_op(tier: str, case: Dict[str, Any]) 
     compare(case, tier)
 
 
+@pytest.mark.skipif(not HAS_TORCH_OP, reason=f"torch {torch.__version__} has no custom_op")
+@pytest.mark.parametrize("name", sorted(oracle.REGRESSIONS))
+def test_regression_matches_torch_custom_op(name: str) -> None:
+    compare(oracle.REGRESSIONS[name], "torch")
+
+
 def _recorded() -> Any:
     return json.loads(oracle.RECORDED.read_text())["rows"]
 
