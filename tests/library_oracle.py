@@ -319,6 +319,7 @@ def build(case: Dict[str, Any], maker: Callable, qualname: str) -> Tuple[Any, Di
         "state": state,
         "_seen": _seen,
         "_mix": _mix,
+        "__name__": __name__,  # torch's aliasing error names the kernel's module
     }
     # Real annotations (``dont_inherit``: not this module's ``from __future__ import annotations``).
     code = compile(_kernel_source(case), f"<kernel of {qualname}>", "exec", dont_inherit=True)

@@ -12,7 +12,12 @@ from compatfn.library import _registration
 from compatfn.library._autocast import autocast_dtype, call_autocast
 from compatfn.library._autograd import Call, autograd_function
 from compatfn.library._convert import any_left_out, conversions, wrong_call
-from compatfn.library._facts import DISPATCHER_PROBES, is_tracing
+from compatfn.library._facts import (
+    DISPATCHER_PROBES,
+    BelowAutograd,
+    autograd_excluded,
+    is_tracing,
+)
 from compatfn.library._fast_call import generated_call
 from compatfn.library._infer_schema import (
     check_given_schema,
@@ -20,7 +25,7 @@ from compatfn.library._infer_schema import (
     returns_only_tensors,
     tensor_parameters,
 )
-from compatfn.library._kernels import check_device_types, run_kernel
+from compatfn.library._kernels import check_device_types, is_inference, run_kernel
 from compatfn.library._utils import (
     detached,
     device_types_tuple,
@@ -206,15 +211,23 @@ class CustomOp:
         autocast = autocast_dtype(self._autocast)
         if autocast is not None:
             return call_autocast(self, inputs, keyword_only, autocast)
-        if (torch.is_grad_enabled() and any(t.requires_grad for t in tensors_in(inputs))) or (
-            self._opoverload is None and is_tracing()
+        # See NOTE: [where torch's Autograd kernel runs]
+        excluded = autograd_excluded()
+        tensors = tensors_in(inputs)
+        if not excluded and (
+            (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+            or (self._opoverload is None and is_tracing())
         ):  # See NOTE: [tracing without a dispatcher]
             flat, layout = flatten(inputs)
             output = fn.apply(Call(layout, keyword_only), *flat)
             return list(output) if self._returns_list else output
-        if fn is self._eager_fn:  # as below torch's autograd kernel: no graph recorded
+        if fn is not self._eager_fn:  # torch's Autograd kernel called this
+            return _registration.below_autograd(self._opoverload, inputs, keyword_only)
+        if excluded or (tensors and all(is_inference(t) for t in tensors)):
+            return run_kernel(self, inputs, keyword_only)
+        if BelowAutograd is None:  # torch 1.8: a graph the kernel recorded is dropped
             return detached(run_kernel(self, inputs, keyword_only))
-        return _registration.below_autograd(self._opoverload, inputs, keyword_only)
+        return _registration.below_autograd(run_kernel, (self, inputs, keyword_only), {})
 
     def _mutated_positions(self, mutates_args: Union[str, Iterable[str]]) -> Tuple[int, ...]:
         names = self._positional if isinstance(mutates_args, str) else set(mutates_args)

@@ -12,6 +12,8 @@ from compatfn.library._autograd import simple_function
 from compatfn.library._convert import MISSING, wrong_call
 from compatfn.library._facts import (
     C_APPLY,
+    BelowAutograd,
+    autograd_excluded,
     DISPATCHER_PROBES,
     HAS_META_DEVICE,
     is_alias_of,
@@ -19,7 +21,7 @@ from compatfn.library._facts import (
     storage_id,
 )
 from compatfn.library._kernels import check_no_alias
-from compatfn.library._utils import detached, distinct_storage_source
+from compatfn.library._utils import below_autograd_lines, detached, distinct_storage_source
 
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
@@ -90,14 +92,20 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     through_autograd = f"({requires_grad}) and $grad_enabled()"
     if op._opoverload is None:
         through_autograd = f"({through_autograd}) or $is_tracing()"
-    short = [
-        f"if {through_autograd}:",
-        f"    $out = $apply({', '.join(positional)})",
-        "else:",
-        f"    $out = $kernel({', '.join(positional)})",
-        # As below torch's autograd kernel: no graph from what the kernel captured.
-        "    if $type($out) is not $Tensor or $out.requires_grad:",
-        "        $out = $detached($out)",
+    call = f"$out = $kernel({', '.join(positional)})"
+    short = []
+    if BelowAutograd is not None:  # See NOTE: [where torch's Autograd kernel runs]
+        globals_["excluded"] = autograd_excluded
+        inference = " and ".join(f"{t}.is_inference()" for t in tensors) or "False"
+        short += ["if $excluded():", f"    {call}", f"elif {through_autograd}:"]
+        short += [f"    $out = $apply({', '.join(positional)})", f"elif {inference}:"]
+        short += [f"    {call}", "else:"]
+        short += [f"    {line}" for line in below_autograd_lines(call, globals_)]
+    else:  # torch 1.8: no guard; a graph the kernel recorded is dropped
+        short += [f"if {through_autograd}:", f"    $out = $apply({', '.join(positional)})"]
+        short += ["else:", f"    {call}", "    if $type($out) is not $Tensor or $out.requires_grad:"]
+        short += ["        $out = $detached($out)"]
+    short += [
         f"if $type($out) is $Tensor and {distinct}:",
         "    return $out",
         f"$check_no_alias($self, {inputs}, $out)",
@@ -143,8 +151,28 @@ def _argument_lines(
             continue
         globals_[f"kind{i}"] = kind
         test = f"$type({name}) is not $kind{i}"
+        if kind is int:  # torch refuses an int outside int64
+            test += f" or not -0x8000000000000000 <= {name} <= 0x7FFFFFFFFFFFFFFF"
         lines += [f"if {name} is not None and {test}:" if optional else f"if {test}:"]
         lines += [f"    {line}" for line in body]
+    return lines + _elided_default_lines(op, globals_)
+
+
+def _elided_default_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
+    """Trailing positional arguments equal to their (scalar) defaults replaced by the defaults,
+    from the last one back: the dispatcher leaves them out of the kernel's call, so ``-0.0`` for
+    a ``0.0`` default reaches the kernel as ``0.0``."""
+    params = [p for p in op._signature.parameters.values() if p.kind is not p.KEYWORD_ONLY]
+    lines: List[str] = []
+    indent = ""
+    for i in reversed(range(len(params))):
+        p = params[i]
+        if type(p.default) not in (int, float, bool, str):
+            break
+        key = f"default{i}"
+        globals_[key] = p.default
+        lines += [f"{indent}if {p.name} == ${key}:", f"{indent}    {p.name} = ${key}"]
+        indent += "    "
     return lines
 
 

@@ -4,6 +4,7 @@ arguments."""
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -59,27 +60,43 @@ def run_kernel(op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any]) -> Any
     """Run the call's kernel: torch's aliasing rule on its output, and the version counter of an
     argument it mutated outside torch (NumPy) bumped, so that autograd sees the change."""
     kernel = kernel_for(op, inputs)
-    mutated = _mutated_tensors(op, inputs) if kernel is not op._fake else []
-    versions = [t._version for t in mutated]
+    if kernel is not op._fake:
+        # As torch's ADInplaceOrView kernel of a mutating custom op: each declared argument's
+        # version goes up once before the kernel runs (whatever the kernel does, or if it raises).
+        for t in _mutated_tensors(op, inputs):
+            if not is_inference(t):  # an inference tensor has no version counter
+                bump_version(t)
     output = kernel(*inputs, **keyword_only)
     if kernel is not op._fake:
-        check_no_alias(op, inputs, output)
-        for t, version in zip(mutated, versions):
-            if t._version == version:  # mutated outside torch (NumPy): tell autograd
-                bump_version(t)
+        check_no_alias(op, inputs, output, kernel)
     return output
 
 
-def check_no_alias(op: CustomOp, inputs: tuple, output: Any) -> None:
-    """torch's rule: no output shares storage with an input or with another output."""
+def is_inference(t: torch.Tensor) -> bool:
+    """Whether ``t`` is an inference tensor (torch >= 1.9; never on 1.8)."""
+    return bool(getattr(t, "is_inference", _false)())
+
+
+def _false() -> bool:
+    return False
+
+
+def check_no_alias(
+    op: CustomOp, inputs: tuple, output: Any, kernel: Optional[Callable] = None
+) -> None:
+    """torch's rule: no output shares storage with an input or with another output (torch's
+    message, naming the op and the module of the kernel that broke it)."""
     outputs = output if isinstance(output, (tuple, list)) else (output,)
     if aliases_any(inputs, outputs):
+        module = inspect.getmodule(kernel if kernel is not None else op._kernels.get(None))
+        # Upstream: https://github.com/pytorch/pytorch/blob/v2.15.0/torch/_library/utils.py
         raise RuntimeError(
-            f"{op._qualname}: The output of this custom operator (1) must not also be "
-            "an input to this custom operator and (2) may not alias any inputs to this "
-            "custom operator or other returns. Please instead return a clone of the "
-            "offending output tensor(s) (e.g. return x.clone()) or refactor the custom "
-            "operator to not return it."
+            f"{op._name} (with implementation in {module}): The output of this custom operator "
+            "(1) must not also be an input to this custom operator and (2) may not alias any "
+            "inputs to this custom operator or other returns. The most common way to trigger "
+            "this error is if we have y = custom_op(x) and y and x are the same Tensor. Please "
+            "instead return a clone of the offending output tensor(s) (e.g. return x.clone()) "
+            "or refactor the custom operator to not return y."
         )
 
 
