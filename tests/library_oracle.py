@@ -463,6 +463,10 @@ def _error(e: BaseException) -> List[str]:
     return [type(e).__name__, message]
 
 
+def _is_inference(t: torch.Tensor) -> bool:
+    return bool(getattr(t, "is_inference", lambda: False)())
+
+
 def _describe(value: Any, inputs: List[Any]) -> Any:
     if isinstance(value, torch.Tensor):
         same = [i for i, t in enumerate(inputs) if t is value]
@@ -472,7 +476,7 @@ def _describe(value: Any, inputs: List[Any]) -> Any:
             "requires_grad": value.requires_grad,
             "node": normalise(node) if node else None,
             "is_input": same[0] if same else None,
-            "inference": bool(getattr(value, "is_inference", lambda: False)()),
+            "inference": _is_inference(value),
         }
     if isinstance(value, (tuple, list)):
         return {type(value).__name__: [_describe(v, inputs) for v in value]}
@@ -507,7 +511,7 @@ def outcome(case: Dict[str, Any], maker: Callable, qualname: str) -> Dict[str, A
     result["setup"] = state["setup"]
     result["log"] = state["log"]
     result["events"] = events
-    result["versions"] = [t._version for t in tensors if not t.is_inference()]
+    result["versions"] = [t._version for t in tensors if not _is_inference(t)]
     result["inputs"] = [t.detach().tolist() for t in tensors]
     result["param"] = state["param"].detach().tolist()
     result["backward"] = _backward_outcome(output, tensors, state)

@@ -9,7 +9,7 @@ import torch
 
 from compatfn.core import function, generated_function
 from compatfn.library._facts import is_alias_of, storage_id
-from compatfn.library._kernels import check_no_alias, run_kernel
+from compatfn.library._kernels import checked_output, run_kernel
 from compatfn.library._registration import below_autograd
 from compatfn.library._utils import (
     below_autograd_lines,
@@ -155,7 +155,8 @@ def _legacy_kernel_forward(op: CustomOp) -> Any:
     }
     lines = [f"def $function($ctx, {call}):"]
     lines += [f"    {line}" for line in below_autograd_lines(f"$output = $kernel({call})", globals_)]
-    # torch's aliasing rule, before setup_context runs (as torch's backend kernel checks it).
+    # torch's aliasing rule and its conversion of the output, before setup_context runs (as
+    # torch's backend kernel checks it).
     tensors = [n for _, n in op._tensor_params]
     distinct = distinct_storage_source(
         "$output", tensors, {"storage_id": "$storage_id", "alias_of": "$alias_of"}
@@ -166,10 +167,10 @@ def _legacy_kernel_forward(op: CustomOp) -> Any:
         Tensor=torch.Tensor,
         storage_id=storage_id,
         alias_of=is_alias_of,
-        check_no_alias=check_no_alias,
+        checked_output=checked_output,
     )
     lines.append(f"    if not ($type($output) is $Tensor and {distinct}):")
-    lines.append(f"        $check_no_alias($op, {inputs}, $output)")
+    lines.append(f"        $output = $checked_output($op, {inputs}, $output)")
     if op._setup_context is not None:
         lines.append(f"    $setup_context($ctx, {inputs}, $output)")
     lines.append("    return $output")

@@ -25,7 +25,12 @@ from compatfn.library._infer_schema import (
     returns_only_tensors,
     tensor_parameters,
 )
-from compatfn.library._kernels import check_device_types, is_inference, run_kernel
+from compatfn.library._kernels import (
+    check_device_types,
+    is_inference,
+    run_kernel,
+    tensor_return_count,
+)
 from compatfn.library._utils import (
     detached,
     device_types_tuple,
@@ -93,6 +98,7 @@ class CustomOp:
         self._mutated = self._mutated_positions(mutates_args)
         self._conversions = conversions(qualname, self._schema)
         self._returns_list = self._schema.endswith("-> Tensor[]")
+        self._tensor_returns = tensor_return_count(self._schema)
         self._kernels: Dict[Optional[str], Callable] = dict.fromkeys(device_types or (None,), fn)
         self._fake: Optional[Callable] = None
         self._backward: Optional[Callable] = None

@@ -20,7 +20,7 @@ from compatfn.library._facts import (
     is_tracing,
     storage_id,
 )
-from compatfn.library._kernels import check_no_alias
+from compatfn.library._kernels import checked_output
 from compatfn.library._utils import below_autograd_lines, detached, distinct_storage_source
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     globals_["apply"] = C_APPLY.__get__(None, simple_function(op))
     globals_["kernel"] = op._kernels.get(None)
     globals_["detached"] = detached
-    globals_["check_no_alias"] = check_no_alias
+    globals_["checked_output"] = checked_output
     plain: List[str] = []
     tensors = [n for _, n in op._tensor_params]
     if op._opoverload is not None:  # tracing, modes and transforms need the dispatcher
@@ -108,8 +108,7 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     short += [
         f"if $type($out) is $Tensor and {distinct}:",
         "    return $out",
-        f"$check_no_alias($self, {inputs}, $out)",
-        "return $out",
+        f"return $checked_output($self, {inputs}, $out)",
     ]
     return [f"if {' and '.join(plain) or 'True'}:"] + [f"    {line}" for line in short]
 

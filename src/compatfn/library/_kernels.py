@@ -14,7 +14,14 @@ from compatfn.library._utils import aliases_any, bump_version, tensors_in
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
 
-__all__ = ["check_device_types", "check_no_alias", "run_kernel"]
+__all__ = [
+    "as_returned",
+    "check_device_types",
+    "check_no_alias",
+    "checked_output",
+    "run_kernel",
+    "tensor_return_count",
+]
 
 
 def check_device_types(device_types: Optional[Tuple[str, ...]]) -> None:
@@ -68,8 +75,53 @@ def run_kernel(op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any]) -> Any
                 bump_version(t)
     output = kernel(*inputs, **keyword_only)
     if kernel is not op._fake:
-        check_no_alias(op, inputs, output, kernel)
+        return checked_output(op, inputs, output, kernel)
     return output
+
+
+def tensor_return_count(schema: str) -> int:
+    """How many tensors ``schema`` returns when it returns one Tensor or a tuple of them, else
+    0 (nothing, a list)."""
+    returns = schema.rsplit("-> ", 1)[1].strip()
+    parts = [r.strip() for r in returns.strip("()").split(",")] if returns != "()" else []
+    if not parts or any(r != "Tensor" for r in parts):
+        return 0
+    return len(parts)
+
+
+def checked_output(
+    op: CustomOp, inputs: tuple, output: Any, kernel: Optional[Callable] = None
+) -> Any:
+    """The kernel's ``output`` as torch hands it on: its aliasing rule checked, then converted to
+    what the schema returns (:func:`as_returned`)."""
+    check_no_alias(op, inputs, output, kernel)
+    return as_returned(op._tensor_returns, output)
+
+
+def as_returned(count: int, output: Any) -> Any:
+    """``output`` converted as torch (2.4-2.13) converts a custom op kernel's result for a schema
+    returning ``count`` tensors: one tensor (or None) as it is; a list for a tuple as a tuple;
+    torch's errors for anything else (a float, a 1-tuple for two outputs). Sequences of another
+    length pass as they are (torch crashes on them)."""
+    if count == 1:
+        if output is None or isinstance(output, torch.Tensor):
+            return output
+        raise RuntimeError(f"Unable to cast {output} to Tensor")
+    if count < 2:
+        return output
+    if not isinstance(output, (tuple, list)):
+        raise TypeError(f"Object of type '{type(output).__name__}' is not an instance of 'sequence'")
+    if len(output) == 1:
+        (only,) = output
+        if isinstance(only, torch.Tensor):
+            raise TypeError("Object of type 'Tensor' is not an instance of 'sequence'")
+        raise RuntimeError(f"Unable to cast {only} to Tensor")
+    if len(output) != count:
+        return output
+    for o in output:
+        if o is not None and not isinstance(o, torch.Tensor):
+            raise RuntimeError(f"Unable to cast {o} to Tensor")
+    return output if type(output) is tuple else tuple(output)
 
 
 def is_inference(t: torch.Tensor) -> bool:
