@@ -156,11 +156,11 @@ _SCHEMA_TYPE = {
     "Optional[Tensor]": "Tensor?",
     "List[Tensor]": "Tensor[]",
     "float": "float",
-    "int": "SymInt",
+    "int": "int",
     "bool": "bool",
     "str": "str",
     "Optional[float]": "float?",
-    "List[int]": "SymInt[]",
+    "List[int]": "int[]",
 }
 
 
@@ -379,10 +379,11 @@ def _backward(case: Dict[str, Any], state: Dict[str, Any]) -> Callable:
 
 
 def _value(spec: Any, grad: bool) -> Any:
+    # torch.tensor: a version counter at 0 on every torch (torch 1.8's full() leaves it at 1)
     if spec == "tensor":
-        return torch.arange(3.0).requires_grad_(grad)
+        return torch.tensor([0.0, 1.0, 2.0]).requires_grad_(grad)
     if spec == "tensors2":
-        return [torch.ones(3).requires_grad_(grad), torch.full((3,), 2.0).requires_grad_(grad)]
+        return [torch.tensor([1.0] * 3).requires_grad_(grad), torch.tensor([2.0] * 3).requires_grad_(grad)]
     if spec == "tensors0":
         return []
     if spec == "big_int":
@@ -418,6 +419,23 @@ def _arguments(case: Dict[str, Any]) -> Tuple[list, dict, List[Any]]:
             in_order = False
             keywords[p["name"]] = value
     return positional, keywords, tensors
+
+
+#: What each context needs from torch.
+_CONTEXT_NEEDS = {
+    "inference_mode": ("inference_mode", torch),
+    "enable_grad_in_inference": ("inference_mode", torch),
+    "saved_tensor_hooks": ("graph", torch.autograd),
+    "checkpoint": ("graph", torch.autograd),  # use_reentrant=False: torch >= 1.11
+}
+
+
+def context_missing(name: str) -> Optional[str]:
+    """Why this torch cannot run the context ``name``, or None."""
+    attribute, owner = _CONTEXT_NEEDS.get(name, ("__name__", torch))
+    if hasattr(owner, attribute):
+        return None
+    return f"torch {torch.__version__} has no {owner.__name__}.{attribute} (context {name})"
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 
 import library_oracle as oracle
 from compatfn.library import _custom_op
+from compatfn.library._facts import BelowAutograd
 from library_support import TIERS
 
 _NIGHTLY = os.environ.get("COMPATFN_HYPOTHESIS_PROFILE") == "nightly"
@@ -78,12 +79,43 @@ def _recorded() -> Any:
     return json.loads(oracle.RECORDED.read_text())["rows"]
 
 
-@pytest.mark.skipif(HAS_TORCH_OP, reason="compared side by side with torch's own op here")
+#: Kernels whose outcome, with no input requiring grad, depends on running below autograd.
+_BELOW_AUTOGRAD = {"autograd_grad", "capture_param_inplace", "return_nonleaf", "return_param_view"}
+
+
+def known_difference(row: Dict[str, Any]) -> Any:
+    """Why compatfn's tiers on this torch differ from torch's own op on a recorded case, where
+    they cannot help it (a strict xfail: a fix makes the test fail until this is updated)."""
+    case = row["case"]
+    if BelowAutograd is None and case["kernel"] in _BELOW_AUTOGRAD and not case["grad"]:
+        return (
+            f"torch {torch.__version__} has no below-autograd guard in Python: the kernel's own "
+            "operations on captured tensors run with autograd on"
+        )
+    if row["name"] == "generated 26":
+        return (
+            "a gradient returned for an optional tensor left out: torch's message counts the "
+            "inputs of torch's Function, compatfn's counts its own (one more)"
+        )
+    return None
+
+
+def _recorded_params() -> Any:
+    params = []
+    for i, row in enumerate(_recorded() if not HAS_TORCH_OP else []):
+        reason = known_difference(row)
+        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+        params.append(pytest.param(i, marks=marks, id=row["name"].replace(" ", "_")))
+    return params
+
+
 @pytest.mark.parametrize("tier", TIERS)
-def test_recorded_cases_match_torch_custom_op(tier: str) -> None:
-    differing = []
-    for i, row in enumerate(_recorded()):
-        got = oracle.outcome(row["case"], _ours(tier), f"cft{_RUN}_ours{next(_count)}::op")
-        if got != row["torch"]:
-            differing.append(f"[{i}] " + _explain(row["case"], got, row["torch"]))
-    assert not differing, f"{len(differing)} cases differ:\n" + "\n".join(differing)
+@pytest.mark.parametrize("index", _recorded_params())
+def test_recorded_case_matches_torch_custom_op(tier: str, index: int) -> None:
+    """Older torch: compatfn's op against what torch's own op (torch 2.13) gave the same case."""
+    row = _recorded()[index]
+    missing = oracle.context_missing(row["case"]["context"])
+    if missing:
+        pytest.skip(missing)
+    got = oracle.outcome(row["case"], _ours(tier), f"cft{_RUN}_ours{next(_count)}::op")
+    assert got == row["torch"], _explain(row["case"], got, row["torch"])

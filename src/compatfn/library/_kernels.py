@@ -98,16 +98,23 @@ def checked_output(
     return as_returned(op._tensor_returns, output)
 
 
+def _traced(value: Any) -> bool:
+    """An object standing for a tensor while something traces (a torch.fx proxy)."""
+    return not isinstance(value, (tuple, list)) and hasattr(value, "__torch_function__")
+
+
 def as_returned(count: int, output: Any) -> Any:
     """``output`` converted as torch (2.4-2.13) converts a custom op kernel's result for a schema
     returning ``count`` tensors: one tensor (or None) as it is; a list for a tuple as a tuple;
     torch's errors for anything else (a float, a 1-tuple for two outputs). Sequences of another
     length pass as they are (torch crashes on them)."""
     if count == 1:
-        if output is None or isinstance(output, torch.Tensor):
+        if output is None or isinstance(output, torch.Tensor) or _traced(output):
             return output
         raise RuntimeError(f"Unable to cast {output} to Tensor")
     if count < 2:
+        return output
+    if _traced(output):
         return output
     if not isinstance(output, (tuple, list)):
         raise TypeError(f"Object of type '{type(output).__name__}' is not an instance of 'sequence'")
@@ -119,7 +126,7 @@ def as_returned(count: int, output: Any) -> Any:
     if len(output) != count:
         return output
     for o in output:
-        if o is not None and not isinstance(o, torch.Tensor):
+        if o is not None and not isinstance(o, torch.Tensor) and not _traced(o):
             raise RuntimeError(f"Unable to cast {o} to Tensor")
     return output if type(output) is tuple else tuple(output)
 
