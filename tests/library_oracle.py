@@ -353,6 +353,7 @@ def _setup_context(state: Dict[str, Any]) -> Callable:
     def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
         state["setup"] += 1
         ctx.lens = [len(v) if isinstance(v, list) else -1 for v in inputs]
+        ctx.nones = [v is None for v in inputs]
 
     return setup_context
 
@@ -363,10 +364,10 @@ def _backward(case: Dict[str, Any], state: Dict[str, Any]) -> Callable:
     def backward(ctx: Any, *grads: Any) -> Any:
         total = sum(g for g in grads if g is not None)
         result = []
-        for kind, n in zip(kinds, ctx.lens):
+        for kind, n, none in zip(kinds, ctx.lens, ctx.nones):
             if kind == "List[Tensor]":
                 result.append([total * 2] * max(n, 0))
-            elif kind in ("Tensor", "Optional[Tensor]"):
+            elif kind in ("Tensor", "Optional[Tensor]") and not none:
                 result.append(total * 2)
             else:
                 result.append(None)

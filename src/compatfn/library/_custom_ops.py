@@ -26,6 +26,7 @@ from compatfn.library._infer_schema import (
     tensor_parameters,
 )
 from compatfn.library._kernels import (
+    as_autograd_returned,
     check_device_types,
     is_inference,
     run_kernel,
@@ -226,14 +227,22 @@ class CustomOp:
         ):  # See NOTE: [tracing without a dispatcher]
             flat, layout = flatten(inputs)
             output = fn.apply(Call(layout, keyword_only), *flat)
+            if fn is self._eager_fn:  # what torch's Autograd kernel returns
+                output = as_autograd_returned(self._tensor_returns, output)
             return list(output) if self._returns_list else output
         if fn is not self._eager_fn:  # torch's Autograd kernel called this
             return _registration.below_autograd(self._opoverload, inputs, keyword_only)
-        if excluded or (tensors and all(is_inference(t) for t in tensors)):
-            return run_kernel(self, inputs, keyword_only)
+        inference = bool(tensors) and all(is_inference(t) for t in tensors)
+        if excluded or inference:
+            output = run_kernel(self, inputs, keyword_only)
+            if self._mutated and not inference:  # torch's ADInplaceOrView kernel returns it
+                return as_autograd_returned(self._tensor_returns, output)
+            return output
         if BelowAutograd is None:  # torch 1.8: a graph the kernel recorded is dropped
-            return detached(run_kernel(self, inputs, keyword_only))
-        return _registration.below_autograd(run_kernel, (self, inputs, keyword_only), {})
+            output = detached(run_kernel(self, inputs, keyword_only))
+        else:
+            output = _registration.below_autograd(run_kernel, (self, inputs, keyword_only), {})
+        return as_autograd_returned(self._tensor_returns, output)
 
     def _mutated_positions(self, mutates_args: Union[str, Iterable[str]]) -> Tuple[int, ...]:
         names = self._positional if isinstance(mutates_args, str) else set(mutates_args)

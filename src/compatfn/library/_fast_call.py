@@ -20,7 +20,7 @@ from compatfn.library._facts import (
     is_tracing,
     storage_id,
 )
-from compatfn.library._kernels import checked_output
+from compatfn.library._kernels import as_autograd_returned, checked_output
 from compatfn.library._utils import below_autograd_lines, detached, distinct_storage_source
 
 if TYPE_CHECKING:
@@ -93,22 +93,39 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     if op._opoverload is None:
         through_autograd = f"({through_autograd}) or $is_tracing()"
     call = f"$out = $kernel({', '.join(positional)})"
+    apply = f"$out = $apply({', '.join(positional)})"
+    checked = f"$checked_output($self, {inputs}, $out)"
+    # Two or more outputs: each branch returns what torch's kernels make of the kernel's output
+    # (the backend's conversion; then the Autograd kernel's where that runs).
+    count = op._tensor_returns
+    globals_.update(count=count, autograd_returned=as_autograd_returned)
+    again = "$autograd_returned($count, {})"
     short = []
     if BelowAutograd is not None:  # See NOTE: [where torch's Autograd kernel runs]
         globals_["excluded"] = autograd_excluded
         inference = " and ".join(f"{t}.is_inference()" for t in tensors) or "False"
-        short += ["if $excluded():", f"    {call}", f"elif {through_autograd}:"]
-        short += [f"    $out = $apply({', '.join(positional)})", f"elif {inference}:"]
-        short += [f"    {call}", "else:"]
-        short += [f"    {line}" for line in below_autograd_lines(call, globals_)]
+        below = [f"    {line}" for line in below_autograd_lines(call, globals_)]
+        if count >= 2:
+            short += ["if $excluded():", f"    {call}", f"    return {checked}"]
+            short += [f"elif {through_autograd}:", f"    {apply}"]
+            short += [f"    return {again.format('$out')}", f"elif {inference}:"]
+            short += [f"    {call}", f"    return {checked}", "else:", *below]
+            short += [f"    return {again.format(checked)}"]
+            return [f"if {' and '.join(plain) or 'True'}:"] + [f"    {line}" for line in short]
+        short += ["if $excluded():", f"    {call}", f"elif {through_autograd}:", f"    {apply}"]
+        short += [f"elif {inference}:", f"    {call}", "else:", *below]
     else:  # torch 1.8: no guard; a graph the kernel recorded is dropped
-        short += [f"if {through_autograd}:", f"    $out = $apply({', '.join(positional)})"]
+        short += [f"if {through_autograd}:", f"    {apply}"]
+        if count >= 2:
+            short += [f"    return {again.format('$out')}"]
         short += ["else:", f"    {call}", "    if $type($out) is not $Tensor or $out.requires_grad:"]
         short += ["        $out = $detached($out)"]
+        if count >= 2:
+            short += [f"    return {again.format(checked)}"]
     short += [
         f"if $type($out) is $Tensor and {distinct}:",
         "    return $out",
-        f"return $checked_output($self, {inputs}, $out)",
+        f"return {checked}",
     ]
     return [f"if {' and '.join(plain) or 'True'}:"] + [f"    {line}" for line in short]
 
@@ -166,12 +183,18 @@ def _elided_default_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     indent = ""
     for i in reversed(range(len(params))):
         p = params[i]
+        if p.default is None:  # nothing to replace: a None stays None
+            lines += [f"{indent}if {p.name} is None:"]
+            indent += "    "
+            continue
         if type(p.default) not in (int, float, bool, str):
             break
         key = f"default{i}"
         globals_[key] = p.default
         lines += [f"{indent}if {p.name} == ${key}:", f"{indent}    {p.name} = ${key}"]
         indent += "    "
+    while lines and lines[-1].strip().endswith("is None:"):  # no statement under it
+        lines.pop()
     return lines
 
 

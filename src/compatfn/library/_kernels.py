@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
 
 __all__ = [
+    "as_autograd_returned",
     "as_returned",
     "check_device_types",
     "check_no_alias",
@@ -100,35 +101,44 @@ def checked_output(
 
 def _traced(value: Any) -> bool:
     """An object standing for a tensor while something traces (a torch.fx proxy)."""
-    return not isinstance(value, (tuple, list)) and hasattr(value, "__torch_function__")
+    return not isinstance(value, (tuple, list, torch.Tensor)) and hasattr(value, "__torch_function__")
 
 
 def as_returned(count: int, output: Any) -> Any:
-    """``output`` converted as torch (2.4-2.13) converts a custom op kernel's result for a schema
-    returning ``count`` tensors: one tensor (or None) as it is; a list for a tuple as a tuple;
-    torch's errors for anything else (a float, a 1-tuple for two outputs). Sequences of another
-    length pass as they are (torch crashes on them)."""
+    """``output`` converted as torch (2.4-2.13) converts the result of a custom op's kernel for a
+    schema returning ``count`` tensors (the backend kernel's return): one tensor (or None) as it
+    is; for two or more, a 1-sequence gives its item as it is, a list of ``count`` a tuple;
+    torch's errors for anything else (a float, None for two outputs). Sequences of another length
+    pass as they are (torch crashes on them). See :func:`as_autograd_returned`."""
     if count == 1:
         if output is None or isinstance(output, torch.Tensor) or _traced(output):
             return output
         raise RuntimeError(f"Unable to cast {output} to Tensor")
-    if count < 2:
-        return output
-    if _traced(output):
+    if count < 2 or _traced(output):
         return output
     if not isinstance(output, (tuple, list)):
         raise TypeError(f"Object of type '{type(output).__name__}' is not an instance of 'sequence'")
     if len(output) == 1:
-        (only,) = output
-        if isinstance(only, torch.Tensor):
-            raise TypeError("Object of type 'Tensor' is not an instance of 'sequence'")
-        raise RuntimeError(f"Unable to cast {only} to Tensor")
+        return output[0]
     if len(output) != count:
         return output
     for o in output:
         if o is not None and not isinstance(o, torch.Tensor) and not _traced(o):
             raise RuntimeError(f"Unable to cast {o} to Tensor")
     return output if type(output) is tuple else tuple(output)
+
+
+def as_autograd_returned(count: int, output: Any) -> Any:
+    """What torch's Autograd kernel of a custom op returns from the backend kernel's converted
+    ``output`` (:func:`as_returned`), converted again: for two or more outputs, a tensor (a
+    1-tuple's item) raises torch's error after setup_context ran, and so does a list."""
+    if count < 2 or isinstance(output, tuple) or _traced(output):
+        return output
+    if isinstance(output, torch.Tensor) or output is None:
+        raise TypeError(f"Object of type '{type(output).__name__}' is not an instance of 'sequence'")
+    if isinstance(output, list):
+        raise RuntimeError(f"Unable to cast {output} to Tensor")
+    return as_returned(count, output)
 
 
 def is_inference(t: torch.Tensor) -> bool:
