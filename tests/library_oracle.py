@@ -111,7 +111,9 @@ def cases(draw: Any) -> Dict[str, Any]:
         outputs = max(outputs, 2)
     args = []
     for p in params:
-        how = draw(st.sampled_from(["pos", "kw", "left_out"] if p["default"] != "none" else ["pos", "kw"]))
+        how = draw(
+            st.sampled_from(["pos", "kw", "left_out"] if p["default"] != "none" else ["pos", "kw"])
+        )
         args.append({"how": how, "value": _draw_value(draw, p["type"])})
     return {
         "params": params,
@@ -173,7 +175,7 @@ def _schema(case: Dict[str, Any]) -> Optional[str]:
         if case["schema"] == "float_for_int" and p["type"] == "int":
             kind = "float"
         if p["name"] in case["mutates"]:
-            kind = "Tensor(a{0}!)".format(p["name"])
+            kind = f"Tensor(a{p['name']}!)"
         default = "" if p["default"] == "none" else "=" + _schema_default(p["default"], kind)
         parts.append(f"{kind} {p['name']}{default}")
     n = case["outputs"]
@@ -236,17 +238,17 @@ def _kernel_source(case: Dict[str, Any]) -> str:
     special = {
         "return_input": ["x"] * n,
         "return_view": ["x.view(-1)"] * n,
-        "return_param": ["state['param']"] + outs[1:],
-        "return_param_view": ["state['param'][:3]"] + outs[1:],
-        "return_nonleaf": ["state['nonleaf']"] + outs[1:],
+        "return_param": ["state['param']", *outs[1:]],
+        "return_param_view": ["state['param'][:3]", *outs[1:]],
+        "return_nonleaf": ["state['nonleaf']", *outs[1:]],
     }
     outs = special.get(kernel, outs)
-    if n == 0:
-        body.append("return None")
-    elif kernel == "return_none":
+    if n == 0 or kernel == "return_none":
         body.append("return None")
     elif kernel == "return_float":
-        body.append("return 1.0" if n == 1 else "return (1.0,) + tuple([" + ", ".join(outs[1:]) + "])")
+        body.append(
+            "return 1.0" if n == 1 else "return (1.0,) + tuple([" + ", ".join(outs[1:]) + "])"
+        )
     elif kernel == "one_tuple":
         body.append(f"return ({outs[0]},)")
     elif kernel == "list_for_tuple":
@@ -327,7 +329,9 @@ def build(case: Dict[str, Any], maker: Callable, qualname: str) -> Tuple[Any, Di
     if case["kernel"] == "nested":
         inner_fn = _inner_kernel()
         state["inner"] = maker(qualname + "_inner", inner_fn, mutates_args=(), schema=None)
-    op = maker(qualname, namespace["kernel"], mutates_args=tuple(case["mutates"]), schema=_schema(case))
+    op = maker(
+        qualname, namespace["kernel"], mutates_args=tuple(case["mutates"]), schema=_schema(case)
+    )
     if case["fake"]:
         n = case["outputs"]
 
@@ -384,7 +388,10 @@ def _value(spec: Any, grad: bool) -> Any:
     if spec == "tensor":
         return torch.tensor([0.0, 1.0, 2.0]).requires_grad_(grad)
     if spec == "tensors2":
-        return [torch.tensor([1.0] * 3).requires_grad_(grad), torch.tensor([2.0] * 3).requires_grad_(grad)]
+        return [
+            torch.tensor([1.0] * 3).requires_grad_(grad),
+            torch.tensor([2.0] * 3).requires_grad_(grad),
+        ]
     if spec == "tensors0":
         return []
     if spec == "big_int":
@@ -508,7 +515,7 @@ def outcome(case: Dict[str, Any], maker: Callable, qualname: str) -> Dict[str, A
     result: Dict[str, Any] = {}
     try:
         op, state = build(case, maker, qualname)
-    except Exception as e:  # noqa: BLE001 (a definition error is an outcome)
+    except Exception as e:
         return {"define_error": _error(e)}
     positional, keywords, tensors = _arguments(case)
     events: List[str] = []
@@ -523,7 +530,7 @@ def outcome(case: Dict[str, Any], maker: Callable, qualname: str) -> Dict[str, A
             else:
                 output = op(*positional, **keywords)
         result["output"] = _describe(output, tensors)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         result["error"] = _error(e)
     result["rng"] = torch.rand(1).item()
     result["calls"] = state["calls"]
@@ -547,7 +554,7 @@ def _backward_outcome(output: Any, tensors: List[Any], state: Dict[str, Any]) ->
         grads = torch.autograd.grad(
             sum(o.sum() for o in outs), leaves, allow_unused=True, retain_graph=False
         )
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return {"error": _error(e)}
     return [None if g is None else g.tolist() for g in grads]
 
@@ -588,7 +595,9 @@ def _with_scalar(kind: str, default: Any, value: Any, **fields: Any) -> Dict[str
 #: Shrunk failures of the generated cases, each kept as an explicit case (name -> case).
 REGRESSIONS: Dict[str, Dict[str, Any]] = {
     "a list for a tuple runs the kernel once": case("list_for_tuple", 2),
-    "a list for a tuple, input requiring grad": case("list_for_tuple", 2, grad=["x"], autograd=True),
+    "a list for a tuple, input requiring grad": case(
+        "list_for_tuple", 2, grad=["x"], autograd=True
+    ),
     "a 1-tuple for two outputs runs the kernel once": case("one_tuple", 2),
     "None for two outputs runs the kernel once": case("return_none", 2),
     "None for a tensor runs the kernel once": case("return_none", 1),
@@ -608,7 +617,9 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
     "explicit schema wins over annotations": _with_scalar("int", "none", 3, schema="float_for_int"),
     "an int outside int64": _with_scalar("int", "none", "int64_overflow"),
     "-0.0 for a 0.0 default": _with_scalar("float", 0.0, -0.0),
-    "-0.0 for a 0.0 default, with grad": _with_scalar("float", 0.0, -0.0, grad=["x"], autograd=True),
+    "-0.0 for a 0.0 default, with grad": _with_scalar(
+        "float", 0.0, -0.0, grad=["x"], autograd=True
+    ),
     "10**400 for a float": _with_scalar("float", "none", "big_int"),
     "bytes for a str": _with_scalar("str", "none", "bytes"),
     "np.bool_ for a bool": _with_scalar("bool", "none", "np.bool_(True)"),

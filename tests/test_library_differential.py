@@ -65,7 +65,11 @@ def compare(case: Dict[str, Any], tier: str) -> None:
 def _explain(case: Dict[str, Any], got: Dict[str, Any], expected: Dict[str, Any]) -> str:
     keys = sorted(set(got) | set(expected))
     lines = [f"case: {json.dumps(case)}"]
-    lines += [f"{k}: ours {got.get(k)!r} / torch {expected.get(k)!r}" for k in keys if got.get(k) != expected.get(k)]
+    lines += [
+        f"{k}: ours {got.get(k)!r} / torch {expected.get(k)!r}"
+        for k in keys
+        if got.get(k) != expected.get(k)
+    ]
     return "\n".join(lines)
 
 

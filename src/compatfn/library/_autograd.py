@@ -154,7 +154,9 @@ def _legacy_kernel_forward(op: CustomOp) -> Any:
         "output": None,
     }
     lines = [f"def $function($ctx, {call}):"]
-    lines += [f"    {line}" for line in below_autograd_lines(f"$output = $kernel({call})", globals_)]
+    lines += [
+        f"    {line}" for line in below_autograd_lines(f"$output = $kernel({call})", globals_)
+    ]
     # torch's aliasing rule and its conversion of the output, before setup_context runs (as
     # torch's backend kernel checks it).
     tensors = [n for _, n in op._tensor_params]

@@ -12,10 +12,10 @@ from compatfn.library._autograd import simple_function
 from compatfn.library._convert import MISSING, wrong_call
 from compatfn.library._facts import (
     C_APPLY,
-    BelowAutograd,
-    autograd_excluded,
     DISPATCHER_PROBES,
     HAS_META_DEVICE,
+    BelowAutograd,
+    autograd_excluded,
     is_alias_of,
     is_tracing,
     storage_id,
@@ -118,7 +118,11 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         short += [f"if {through_autograd}:", f"    {apply}"]
         if count >= 2:
             short += [f"    return {again.format('$out')}"]
-        short += ["else:", f"    {call}", "    if $type($out) is not $Tensor or $out.requires_grad:"]
+        short += [
+            "else:",
+            f"    {call}",
+            "    if $type($out) is not $Tensor or $out.requires_grad:",
+        ]
         short += ["        $out = $detached($out)"]
         if count >= 2:
             short += [f"    return {again.format(checked)}"]

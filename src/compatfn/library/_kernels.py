@@ -101,7 +101,9 @@ def checked_output(
 
 def _traced(value: Any) -> bool:
     """An object standing for a tensor while something traces (a torch.fx proxy)."""
-    return not isinstance(value, (tuple, list, torch.Tensor)) and hasattr(value, "__torch_function__")
+    return not isinstance(value, (tuple, list, torch.Tensor)) and hasattr(
+        value, "__torch_function__"
+    )
 
 
 def as_returned(count: int, output: Any) -> Any:
@@ -117,7 +119,9 @@ def as_returned(count: int, output: Any) -> Any:
     if count < 2 or _traced(output):
         return output
     if not isinstance(output, (tuple, list)):
-        raise TypeError(f"Object of type '{type(output).__name__}' is not an instance of 'sequence'")
+        raise TypeError(
+            f"Object of type '{type(output).__name__}' is not an instance of 'sequence'"
+        )
     if len(output) == 1:
         return output[0]
     if len(output) != count:
@@ -135,7 +139,9 @@ def as_autograd_returned(count: int, output: Any) -> Any:
     if count < 2 or isinstance(output, tuple) or _traced(output):
         return output
     if isinstance(output, torch.Tensor) or output is None:
-        raise TypeError(f"Object of type '{type(output).__name__}' is not an instance of 'sequence'")
+        raise TypeError(
+            f"Object of type '{type(output).__name__}' is not an instance of 'sequence'"
+        )
     if isinstance(output, list):
         raise RuntimeError(f"Unable to cast {output} to Tensor")
     return as_returned(count, output)

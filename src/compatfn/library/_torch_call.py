@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import inspect
 import keyword
-import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -16,8 +15,8 @@ from compatfn.library._facts import (
     AUTOGRAD_KERNEL_ALWAYS_APPLIES,
     C_APPLY,
     BelowAutograd,
-    autograd_excluded,
     any_autocast_enabled,
+    autograd_excluded,
     autograd_profiler,
     dispatch_mode_count,
     forward_ad,
@@ -28,7 +27,8 @@ from compatfn.library._facts import (
     torch_function_mode_enabled,
 )
 from compatfn.library._infer_schema import _resolve
-from compatfn.library._utils import aliases_any, distinct_storage_source, legacy_function_class
+from compatfn.library._torch_replay import Replay, checked_output, replayed, verified
+from compatfn.library._utils import distinct_storage_source, legacy_function_class
 
 __all__ = ["generated_call"]
 
@@ -157,7 +157,7 @@ def _autograd_class(
             "Tensor": torch.Tensor,
             "storage_id": storage_id,
             "alias_of": is_alias_of,
-            "verified": _verified,
+            "verified": verified,
             "state": opdef.__dict__,
             "ctx": None,
             "metadata": None,
@@ -259,7 +259,9 @@ def _short_path_lines(
     return [f"if {' and '.join(test)}:"] + [f"    {line}" for line in [*defaults, *body]]
 
 
-def _elided_defaults_lines(kinds: List[Tuple[str, Any]], g: Dict[str, Any], indent: str) -> List[str]:
+def _elided_defaults_lines(
+    kinds: List[Tuple[str, Any]], g: Dict[str, Any], indent: str
+) -> List[str]:
     """Trailing arguments equal to their defaults replaced by the defaults, from the last one
     back, as the dispatcher leaves them out of the kernel's call (``-0.0`` for a ``0.0`` default
     reaches the kernel as ``0.0``)."""
@@ -273,22 +275,18 @@ def _elided_defaults_lines(kinds: List[Tuple[str, Any]], g: Dict[str, Any], inde
     return lines
 
 
-def _apply_lines(
-    opdef: Any, names: List[str], tensors: List[str], g: Dict[str, Any]
-) -> List[str]:
+def _apply_lines(opdef: Any, names: List[str], tensors: List[str], g: Dict[str, Any]) -> List[str]:
     """The short path's autograd call, given the arguments torch's Autograd kernel would get:
     trailing arguments equal to their defaults left out, as the dispatcher does."""
     required = len(names) - sum(1 for i in range(len(names)) if f"default{i}" in g)
 
     inputs = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
-    g["Replay"] = _Replay
-    g["replayed"] = _replayed
+    g["Replay"] = Replay
+    g["replayed"] = replayed
     g["replay"] = None
 
     def apply(given: int, indent: str) -> List[str]:
-        g[f"apply{given}"] = C_APPLY.__get__(
-            None, _autograd_class(opdef, names, tensors, given, g)
-        )
+        g[f"apply{given}"] = C_APPLY.__get__(None, _autograd_class(opdef, names, tensors, given, g))
         return [
             f"{indent}try:",
             f"{indent}    $out = $apply{given}({', '.join([*names[:given], 'None'])})",
@@ -324,7 +322,7 @@ def generated_call(opdef: Any) -> Callable:
         "MISSING": MISSING,
         "storage_id": storage_id,
         "alias_of": is_alias_of,
-        "checked": _checked_output,
+        "checked": checked_output,
         "dispatch": _dispatcher_call,
         "state": opdef.__dict__,
         "names": None,
@@ -372,75 +370,3 @@ def _dispatcher_call(
     raises its own error."""
     positional, keywords = given_arguments(names, values)
     return state["_opoverload"](*positional, *args, **keywords, **kwargs)
-
-
-def _is_what_torch_returns(state: Dict[str, Any], inputs: tuple, output: Any) -> bool:
-    """Whether ``output`` is what the schema returns and keeps torch's aliasing rule (torch
-    hands such an output on untouched)."""
-    count = len(state["_opoverload"]._schema.returns)
-    outputs = (output,) if count == 1 else output
-    return (
-        isinstance(outputs, tuple)
-        and len(outputs) == count
-        and all(type(o) is torch.Tensor for o in outputs)
-        and not aliases_any(inputs, outputs)
-    )
-
-
-def _checked_output(state: Dict[str, Any], inputs: tuple, output: Any) -> Any:
-    """The short path's output when torch hands it on untouched; else what the dispatcher makes
-    of it (See NOTE: [replaying an output])."""
-    if _is_what_torch_returns(state, inputs, output):
-        return output
-    return _replayed(state, inputs, output)
-
-
-class _Replay(Exception):
-    """Raised in the short path's autograd forward for an output torch would not hand on
-    untouched, before setup_context runs (See NOTE: [replaying an output])."""
-
-    def __init__(self, output: Any) -> None:
-        super().__init__("an output for the dispatcher")
-        self.output = output
-
-
-def _verified(state: Dict[str, Any], inputs: tuple, output: Any) -> None:
-    if not _is_what_torch_returns(state, inputs, output):
-        raise _Replay(output)
-
-
-# NOTE: [replaying an output]
-# An output the short path cannot hand on as it is (a list for a tuple, None, a 1-tuple for two
-# outputs, an input or its view) is what torch's own wrappers must judge: convert it, or raise
-# their own error. The kernel must not run again (its side effects, the random state): the op's
-# operator is called with the same arguments while the kernel torch looks up for the call
-# (``CustomOpDef._backend_fns``, read by torch's backend kernel at each call, every torch >= 2.4)
-# is one that hands back the output already computed, on this thread only, once. torch names the
-# kernel's module in its aliasing error: the stand-in has the kernel's ``__module__``.
-# Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/_library/custom_ops.py
-_REPLAY_LOCK = threading.RLock()
-_PENDING = threading.local()
-
-
-def _replayed(state: Dict[str, Any], inputs: tuple, output: Any) -> Any:
-    """The operator's call on ``inputs`` whose kernel gives ``output`` without running again."""
-    kernels = state["_backend_fns"]
-    with _REPLAY_LOCK:
-        kernel = kernels[None]
-
-        def stand_in(*args: Any, **kwargs: Any) -> Any:
-            pending = getattr(_PENDING, "outputs", None)
-            if pending:
-                return pending.pop()
-            return kernel(*args, **kwargs)
-
-        stand_in.__module__ = getattr(kernel, "__module__", None)  # type: ignore[assignment]
-        stand_in.__name__ = getattr(kernel, "__name__", "kernel")
-        pending = getattr(_PENDING, "outputs", None)
-        _PENDING.outputs = [output]
-        kernels[None] = stand_in
-        try:
-            return state["_opoverload"](*inputs)
-        finally:
-            kernels[None] = kernel
-            _PENDING.outputs = pending
