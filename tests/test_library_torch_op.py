@@ -63,3 +63,25 @@ def test_a_class_attribute_is_the_op_itself():
         holder = Holder()
         assert holder.mine is ours and holder.torchs is control
         assert torch.equal(holder.mine(torch.ones(1)), holder.torchs(torch.ones(1)))
+
+
+def _outcome(fn):
+    try:
+        return ("ok", fn())
+    except Exception as e:  # noqa: BLE001 (the error is the outcome)
+        return (type(e).__name__, str(e))
+
+
+def test_signature_doc_help_and_pickling_are_torchs():
+    """``inspect.signature``, ``__doc__``, ``help()`` and pickling answer as for torch's object
+    (compatfn's object before: ValueError, None, no methods on Python < 3.13, another error)."""
+    import inspect
+    import pickle
+    import pydoc
+
+    ours, control = pair()
+    assert str(inspect.signature(ours)) == str(inspect.signature(control)) == "(*args, **kwargs)"
+    assert ours.__doc__ == control.__doc__ and ours.__doc__
+    text = pydoc.render_doc(ours, renderer=pydoc.plaintext)
+    assert "register_fake" in text and "register_autograd" in text
+    assert _outcome(lambda: pickle.dumps(ours)) == _outcome(lambda: pickle.dumps(control))

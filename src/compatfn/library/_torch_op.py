@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import weakref
 from typing import Any, Callable, Dict, List, Optional
 
@@ -98,17 +99,41 @@ def _deep_copied(self: Any, memo: Dict[int, Any]) -> Any:
     return _same_kind(self, copy.deepcopy(self.__dict__, memo))  # torch's error where it has one
 
 
-#: The class of the op objects compatfn hands out (See NOTE: [the op object's call]).
+def _torch_object() -> Any:
+    """An empty object of torch's class, which unpickling fills with the pickled state."""
+    return _Base.__new__(_Base)
+
+
+def _reduced(self: Any, protocol: Any) -> Any:
+    """Pickled as torch's own object: its class and its state (torch's error where it has one)."""
+    return (_torch_object, (), self.__dict__)
+
+
+#: What ``inspect.signature`` gives for torch's op object (its ``__call__(*args, **kwargs)``).
+_SIGNATURE = inspect.Signature(
+    [
+        inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+        inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD),
+    ]
+)
+
+#: The class of the op objects compatfn hands out (See NOTE: [the op object's call]); its
+#: signature, docstring and pickling are those of torch's object.
 CallableCustomOpDef: Any = type(
     "CustomOpDef",
     (functools.partial, FastCustomOpDef),
     {
         "__module__": __name__,
+        "__doc__": _Base.__doc__,
+        "__signature__": _SIGNATURE,
         "__call__": functools.partial.__call__,
         "__repr__": _Base.__repr__,
-        "__get__": _not_bound,
         "__copy__": _copied,
         "__deepcopy__": _deep_copied,
+        "__reduce_ex__": _reduced,
+        # Python 3.13's partial binds as a method: undone (torch's object is no descriptor, and
+        # pydoc documents a descriptor as a routine).
+        **({"__get__": _not_bound} if hasattr(functools.partial, "__get__") else {}),
     },
 )
 
