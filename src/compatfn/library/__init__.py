@@ -111,6 +111,18 @@ def custom_op(
     return _custom_op(name, fn, mutates_args, device_types, schema, TIER, tags)
 
 
+def custom_op_note() -> str:
+    """How ``custom_op`` calls run on this torch, where that differs from its tier's usual way
+    (torch >= 2.4: torch's private contract broken, so torch's own op objects untouched; ""
+    otherwise, or before any op was defined)."""
+    from compatfn.library._torch_op import CONTRACT
+
+    problem = CONTRACT["problem"] if TIER == "torch" else None
+    if not problem:
+        return ""
+    return f"torch's own op objects, untouched (every call through the dispatcher): {problem}"
+
+
 def _custom_op(
     name: str,
     fn: Optional[Callable],

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, Optional
 from compatfn.library._facts import TorchCustomOpDef
 from compatfn.library._torch_call import generated_call
 
-__all__ = ["FastCustomOpDef", "hand_out", "install_call"]
+__all__ = ["CONTRACT", "FastCustomOpDef", "contract_problem", "hand_out", "install_call"]
 
 _Base: Any = TorchCustomOpDef if TorchCustomOpDef is not None else object
 
@@ -166,9 +166,48 @@ def _follow(older: Any, newest: Any) -> None:
         older.__class__ = FastCustomOpDef  # torch's call, through the newest operator
 
 
+# NOTE: [torch's private contract]
+# The fast op object rests on torch internals: CustomOpDef's fields (``CUSTOM_OP_DEF_FIELDS``,
+# the kernels per device in a dict that torch reads at each call), the closure of
+# ``make_autograd_impl`` (its ``Generated`` Function, whose backward the short path uses), and
+# ``__class__`` assignment on torch's object (a plain Python object with a ``__dict__``). They
+# are checked once, on the first op defined; where one does not hold (a torch release that moved
+# them), every op is torch's own object, untouched (exact, through the dispatcher at each call),
+# and ``python -m compatfn`` says why (``CONTRACT``).
+#: None until checked; then "" where the contract holds, else what broke it.
+CONTRACT: Dict[str, Optional[str]] = {"problem": None}
+
+
+def contract_problem(opdef: Any) -> str:
+    """What of torch's private contract does not hold for ``opdef`` ("" where all does)."""
+    from compatfn.library._facts import CUSTOM_OP_DEF_FIELDS, torch_autograd_backward
+
+    missing = [f for f in CUSTOM_OP_DEF_FIELDS if f not in getattr(opdef, "__dict__", {})]
+    if missing:
+        return f"torch's CustomOpDef has no {', '.join(missing)}"
+    if not isinstance(opdef._backend_fns, dict):
+        return "torch's CustomOpDef keeps its kernels otherwise than in a dict"
+    try:
+        if not callable(torch_autograd_backward(opdef)):
+            return "make_autograd_impl's Generated Function has no backward"
+    except Exception as e:
+        return f"make_autograd_impl's closure has another layout ({type(e).__name__}: {e})"
+    if "__slots__" in type(opdef).__dict__ or type(opdef) is not _Base:
+        return "torch's CustomOpDef cannot change its class"
+    return ""
+
+
+def _contract_holds(opdef: Any) -> bool:
+    if CONTRACT["problem"] is None:
+        CONTRACT["problem"] = contract_problem(opdef)
+    return not CONTRACT["problem"]
+
+
 def hand_out(opdef: Any, fast: bool) -> Any:
     """The op object for torch's ``opdef`` (``fast``: one of ``CallableCustomOpDef`` sharing its
-    state, else ``opdef`` itself); older objects of its name follow it."""
+    state, else ``opdef`` itself); older objects of its name follow it. See NOTE: [torch's
+    private contract]."""
+    fast = fast and _contract_holds(opdef)
     if fast:
         opdef.__class__ = FastCustomOpDef
         op = functools.partial.__new__(CallableCustomOpDef, opdef.__call__)
