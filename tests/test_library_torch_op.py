@@ -130,8 +130,13 @@ def test_a_torch_that_moved_its_internals_gets_torchs_own_op_objects(tmp_path):
     import os
     import subprocess
     import sys
+    from pathlib import Path
 
-    env = dict(os.environ)
+    import compatfn
+
+    env = dict(os.environ)  # the compatfn under test, wherever the subprocess starts
+    here = str(Path(compatfn.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
     result = subprocess.run(
         [sys.executable, "-c", _CHANGED_TORCH],
         capture_output=True,
