@@ -63,3 +63,89 @@ def test_a_class_attribute_is_the_op_itself():
         holder = Holder()
         assert holder.mine is ours and holder.torchs is control
         assert torch.equal(holder.mine(torch.ones(1)), holder.torchs(torch.ones(1)))
+
+
+def _outcome(fn):
+    try:
+        return ("ok", fn())
+    except Exception as e:
+        return (type(e).__name__, str(e))
+
+
+def test_signature_doc_help_and_pickling_are_torchs():
+    """``inspect.signature``, ``__doc__``, ``help()`` and pickling answer as for torch's object
+    (compatfn's object before: ValueError, None, no methods on Python < 3.13, another error)."""
+    import inspect
+    import pickle
+    import pydoc
+
+    ours, control = pair()
+    assert str(inspect.signature(ours)) == str(inspect.signature(control)) == "(*args, **kwargs)"
+    assert ours.__doc__ == control.__doc__ and ours.__doc__
+    text = pydoc.render_doc(ours, renderer=pydoc.plaintext)
+    assert "register_fake" in text and "register_autograd" in text
+    assert _outcome(lambda: pickle.dumps(ours)) == _outcome(lambda: pickle.dumps(control))
+
+
+_CHANGED_TORCH = """
+import functools, json, sys
+import torch
+import torch._library.autograd as autograd
+
+original = autograd.make_autograd_impl
+
+def make_autograd_impl(op, info):  # a torch whose closure layout moved
+    kernel = original(op, info)
+
+    def autograd_impl(*args, **kwargs):
+        return kernel(*args, **kwargs)
+
+    return autograd_impl
+
+autograd.make_autograd_impl = make_autograd_impl
+import compatfn
+from compatfn.__main__ import report
+
+@compatfn.custom_op("changed_torch::twice", mutates_args=())
+def twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+x = torch.ones(2, requires_grad=True)
+twice.register_autograd(lambda ctx, g: g * 2)
+(grad,) = torch.autograd.grad(twice(x).sum(), x)
+print(json.dumps({
+    "partial": isinstance(twice, functools.partial),
+    "torchs": type(twice) is torch._library.custom_ops.CustomOpDef,
+    "grad": grad.tolist(),
+    "note": report()["custom_op_note"],
+}))
+"""
+
+
+def test_a_torch_that_moved_its_internals_gets_torchs_own_op_objects(tmp_path):
+    """Where torch's private contract does not hold (simulated: ``make_autograd_impl``'s closure
+    moved), every op is torch's own object, untouched and working, and ``python -m compatfn``
+    says so."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import compatfn
+
+    env = dict(os.environ)  # the compatfn under test, wherever the subprocess starts
+    here = str(Path(compatfn.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
+    result = subprocess.run(
+        [sys.executable, "-c", _CHANGED_TORCH],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    assert got["torchs"] and not got["partial"] and got["grad"] == [2.0, 2.0]
+    assert "make_autograd_impl's closure has another layout" in got["note"]

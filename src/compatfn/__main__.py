@@ -199,6 +199,7 @@ def report() -> Dict[str, Any]:
             "feature_notes": feature_notes(features),
             "selfcheck": selfcheck(),
         }
+    data["custom_op_note"] = library.custom_op_note()  # once selfcheck defined its ops
     lines = (f"{w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught)
     data["warnings"] = list(dict.fromkeys(lines))  # once each, in order
     return data
@@ -258,6 +259,8 @@ def _print_report(data: Dict[str, Any]) -> None:
     print(f"torch from {data['torch_path']}; CUDA {'available' if data['cuda'] else 'absent'}")
     print(f"path taken: {data['path']}{forced}")
     print(f"custom_op tier: {data['custom_op']} ({CUSTOM_OP_NOTES[data['custom_op']]})")
+    if data.get("custom_op_note"):
+        print(f"custom_op calls: {data['custom_op_note']}")
     for line in data["warnings"]:
         print(f"torch warned: {line}")
     print("\nfeatures of this torch:")

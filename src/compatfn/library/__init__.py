@@ -42,7 +42,7 @@ What each torch gives (the tier is decided once, at import, by feature detection
 The modules follow torch's own ``torch/_library``: ``_facts`` (every torch fact), ``_infer_schema``,
 ``_custom_ops`` (the op object), ``_registration`` (the dispatcher), ``_autograd``,
 ``_fast_call`` (the generated call), ``_convert`` (argument conversions), ``_autocast``,
-``_opcheck``, ``_torch_tier`` and ``_torch_call`` (torch >= 2.4).
+``_opcheck``, ``_torch_tier``, ``_torch_call`` and ``_torch_replay`` (torch >= 2.4).
 Public here besides ``custom_op`` (which ``compatfn`` re-exports): ``CustomOp``, ``TIER``,
 ``infer_schema``, ``opcheck`` (also ``compatfn.testing.opcheck``), ``OpCheckError`` and the
 functions taking an op by name, ``register_kernel``, ``register_fake``, ``register_autograd``,
@@ -109,6 +109,18 @@ def custom_op(
             x.add_(1)
     """
     return _custom_op(name, fn, mutates_args, device_types, schema, TIER, tags)
+
+
+def custom_op_note() -> str:
+    """How ``custom_op`` calls run on this torch, where that differs from its tier's usual way
+    (torch >= 2.4: torch's private contract broken, so torch's own op objects untouched; ""
+    otherwise, or before any op was defined)."""
+    from compatfn.library._torch_op import CONTRACT
+
+    problem = CONTRACT["problem"] if TIER == "torch" else None
+    if not problem:
+        return ""
+    return f"torch's own op objects, untouched (every call through the dispatcher): {problem}"
 
 
 def _custom_op(

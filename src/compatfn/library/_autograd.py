@@ -8,10 +8,16 @@ from typing import TYPE_CHECKING, Any, Dict, List
 import torch
 
 from compatfn.core import function
+from compatfn.library._facts import is_alias_of, storage_id
 from compatfn.library._generated import generated_function
-from compatfn.library._kernels import run_kernel
+from compatfn.library._kernels import checked_output, run_kernel
 from compatfn.library._registration import below_autograd
-from compatfn.library._utils import legacy_function_class, unflatten
+from compatfn.library._utils import (
+    below_autograd_lines,
+    distinct_storage_source,
+    legacy_function_class,
+    unflatten,
+)
 
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
@@ -41,8 +47,8 @@ def autograd_function(op: CustomOp, dispatched: bool) -> Any:
 
     def run(call: Call, flat: tuple) -> Any:
         inputs = unflatten(flat, call.layout)
-        if not dispatched:
-            out = run_kernel(op, inputs, call.keyword_only)
+        if not dispatched:  # below autograd, as torch's Autograd kernel runs it
+            out = below_autograd(run_kernel, (op, inputs, call.keyword_only), {})
         else:
             out = below_autograd(op._opoverload, inputs, call.keyword_only)
         return tuple(out) if op._returns_list else out  # autograd tracks tuples, not lists
@@ -69,7 +75,7 @@ def autograd_function(op: CustomOp, dispatched: bool) -> Any:
 
     # Named at creation: torch names the class's autograd node (``<name>Backward``) then, so the
     # node is named as the short path's (``simple_function``) whichever path a call takes.
-    name = f"CustomOp_{op._namespace}_{op._name}"
+    name = node_class_name(op)
     namespace: Dict[str, Any] = {
         "forward": staticmethod(forward),
         "setup_context": staticmethod(setup_context),
@@ -110,9 +116,13 @@ def simple_function(op: CustomOp) -> Any:
     setup_context (if any), and the registered backward (torch's checks on its gradients)."""
 
     forward = _legacy_kernel_forward(op)
-    return legacy_function_class(
-        f"CustomOp_{op._namespace}_{op._name}", forward, _short_path_backward(op), __name__
-    )
+    return legacy_function_class(node_class_name(op), forward, _short_path_backward(op), __name__)
+
+
+def node_class_name(op: CustomOp) -> str:
+    """The name of the autograd Function, so of its node (``<name>Backward``): torch's for the
+    Function of a custom op's Autograd kernel."""
+    return f"GeneratedBackwardFor_{op._namespace}_{op._name}_{op._overload or 'default'}"
 
 
 def _short_path_backward(op: CustomOp) -> Any:
@@ -138,19 +148,35 @@ def _legacy_kernel_forward(op: CustomOp) -> Any:
     params = list(op._signature.parameters)
     inputs = "(" + ", ".join(params) + ("," if len(params) == 1 else "") + ")"
     call = ", ".join(params)
-    lines = [
-        f"def $function($ctx, {call}):",
-        f"    $output = $kernel({call})",
-    ]
-    if op._setup_context is not None:
-        lines.append(f"    $setup_context($ctx, {inputs}, $output)")
-    lines.append("    return $output")
     globals_: Dict[str, Any] = {
         "kernel": op._kernels[None],
         "setup_context": op._setup_context,
         "ctx": None,
         "output": None,
     }
+    lines = [f"def $function($ctx, {call}):"]
+    lines += [
+        f"    {line}" for line in below_autograd_lines(f"$output = $kernel({call})", globals_)
+    ]
+    # torch's aliasing rule and its conversion of the output, before setup_context runs (as
+    # torch's backend kernel checks it).
+    tensors = [n for _, n in op._tensor_params]
+    distinct = distinct_storage_source(
+        "$output", tensors, {"storage_id": "$storage_id", "alias_of": "$alias_of"}
+    )
+    globals_.update(
+        op=op,
+        type=type,
+        Tensor=torch.Tensor,
+        storage_id=storage_id,
+        alias_of=is_alias_of,
+        checked_output=checked_output,
+    )
+    lines.append(f"    if not ($type($output) is $Tensor and {distinct}):")
+    lines.append(f"        $output = $checked_output($op, {inputs}, $output)")
+    if op._setup_context is not None:
+        lines.append(f"    $setup_context($ctx, {inputs}, $output)")
+    lines.append("    return $output")
     return generated_function(
         "".join(line + "\n" for line in lines),
         globals_,

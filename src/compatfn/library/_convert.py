@@ -46,21 +46,46 @@ def _is_number_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.numel() == 1
 
 
+_INT64 = range(-(2**63), 2**63)
+
+
 def _to_float(value: Any) -> Any:
+    """A float; None (torch's error) for an int beyond float's range (``10**400``)."""
     if isinstance(value, numbers.Real) or _is_number_tensor(value):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            return None
     return None
 
 
 def _to_int(value: Any) -> Any:
+    """An int; None (torch's error) for one outside int64."""
     if isinstance(value, numbers.Integral) or _is_number_tensor(value):
-        return int(value)
+        result = int(value)
+        return result if result in _INT64 else None
     return None
 
 
+def _is_numpy_bool(value: Any) -> bool:
+    return type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")
+
+
 def _to_bool(value: Any) -> Any:
-    if isinstance(value, numbers.Real) or _is_number_tensor(value):
+    if isinstance(value, numbers.Real) or _is_number_tensor(value) or _is_numpy_bool(value):
         return bool(value)
+    return None
+
+
+def _to_str(value: Any) -> Any:
+    """A str; ``bytes`` decoded, as torch's argument parser takes them."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            return None
     return None
 
 
@@ -102,10 +127,6 @@ def _tensor_list(qualname: str, name: str, shown: str) -> Callable[[Any], Any]:
     return converted
 
 
-def _same(kind: type) -> Callable[[Any], Any]:
-    return lambda value: value if isinstance(value, kind) else None
-
-
 #: Schema base type -> (its Python type, the name torch's message uses, the converter that
 #: returns None for a value of the wrong type).
 _SCALARS: Dict[str, Tuple[type, str, Callable[[Any], Any]]] = {
@@ -113,7 +134,7 @@ _SCALARS: Dict[str, Tuple[type, str, Callable[[Any], Any]]] = {
     "int": (int, "int", _to_int),
     "SymInt": (int, "int", _to_int),
     "bool": (bool, "bool", _to_bool),
-    "str": (str, "str", _same(str)),
+    "str": (str, "str", _to_str),
     "Device": (torch.device, "Device", _to_device),
     "ScalarType": (torch.dtype, "int", _to_dtype),
     "Scalar": (object, "number", _to_number),  # no value's type is object: always converted

@@ -12,7 +12,12 @@ from compatfn.library import _registration
 from compatfn.library._autocast import autocast_dtype, call_autocast
 from compatfn.library._autograd import Call, autograd_function
 from compatfn.library._convert import any_left_out, conversions, wrong_call
-from compatfn.library._facts import DISPATCHER_PROBES, is_tracing
+from compatfn.library._facts import (
+    DISPATCHER_PROBES,
+    BelowAutograd,
+    autograd_excluded,
+    is_tracing,
+)
 from compatfn.library._fast_call import generated_call
 from compatfn.library._infer_schema import (
     check_given_schema,
@@ -20,7 +25,13 @@ from compatfn.library._infer_schema import (
     returns_only_tensors,
     tensor_parameters,
 )
-from compatfn.library._kernels import check_device_types, run_kernel
+from compatfn.library._kernels import (
+    as_autograd_returned,
+    check_device_types,
+    is_inference,
+    run_kernel,
+    tensor_return_count,
+)
 from compatfn.library._utils import (
     detached,
     device_types_tuple,
@@ -88,6 +99,7 @@ class CustomOp:
         self._mutated = self._mutated_positions(mutates_args)
         self._conversions = conversions(qualname, self._schema)
         self._returns_list = self._schema.endswith("-> Tensor[]")
+        self._tensor_returns = tensor_return_count(self._schema)
         self._kernels: Dict[Optional[str], Callable] = dict.fromkeys(device_types or (None,), fn)
         self._fake: Optional[Callable] = None
         self._backward: Optional[Callable] = None
@@ -206,15 +218,31 @@ class CustomOp:
         autocast = autocast_dtype(self._autocast)
         if autocast is not None:
             return call_autocast(self, inputs, keyword_only, autocast)
-        if (torch.is_grad_enabled() and any(t.requires_grad for t in tensors_in(inputs))) or (
-            self._opoverload is None and is_tracing()
+        # See NOTE: [where torch's Autograd kernel runs]
+        excluded = autograd_excluded()
+        tensors = tensors_in(inputs)
+        if not excluded and (
+            (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+            or (self._opoverload is None and is_tracing())
         ):  # See NOTE: [tracing without a dispatcher]
             flat, layout = flatten(inputs)
             output = fn.apply(Call(layout, keyword_only), *flat)
+            if fn is self._eager_fn:  # what torch's Autograd kernel returns
+                output = as_autograd_returned(self._tensor_returns, output)
             return list(output) if self._returns_list else output
-        if fn is self._eager_fn:  # as below torch's autograd kernel: no graph recorded
-            return detached(run_kernel(self, inputs, keyword_only))
-        return _registration.below_autograd(self._opoverload, inputs, keyword_only)
+        if fn is not self._eager_fn:  # torch's Autograd kernel called this
+            return _registration.below_autograd(self._opoverload, inputs, keyword_only)
+        inference = bool(tensors) and all(is_inference(t) for t in tensors)
+        if excluded or inference:
+            output = run_kernel(self, inputs, keyword_only)
+            if self._mutated and not inference:  # torch's ADInplaceOrView kernel returns it
+                return as_autograd_returned(self._tensor_returns, output)
+            return output
+        if BelowAutograd is None:  # torch 1.8: a graph the kernel recorded is dropped
+            output = detached(run_kernel(self, inputs, keyword_only))
+        else:
+            output = _registration.below_autograd(run_kernel, (self, inputs, keyword_only), {})
+        return as_autograd_returned(self._tensor_returns, output)
 
     def _mutated_positions(self, mutates_args: Union[str, Iterable[str]]) -> Tuple[int, ...]:
         names = self._positional if isinstance(mutates_args, str) else set(mutates_args)

@@ -13,13 +13,15 @@ from compatfn.library._facts import (
     C_APPLY,
     DISPATCHER_PROBES,
     HAS_META_DEVICE,
+    BelowAutograd,
+    autograd_excluded,
     is_alias_of,
     is_tracing,
     storage_id,
 )
 from compatfn.library._generated import generated_function
-from compatfn.library._kernels import check_no_alias
-from compatfn.library._utils import detached, distinct_storage_source
+from compatfn.library._kernels import as_autograd_returned, checked_output
+from compatfn.library._utils import below_autograd_lines, detached, distinct_storage_source
 
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
@@ -67,7 +69,7 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     globals_["apply"] = C_APPLY.__get__(None, simple_function(op))
     globals_["kernel"] = op._kernels.get(None)
     globals_["detached"] = detached
-    globals_["check_no_alias"] = check_no_alias
+    globals_["checked_output"] = checked_output
     plain: List[str] = []
     tensors = [n for _, n in op._tensor_params]
     if op._opoverload is not None:  # tracing, modes and transforms need the dispatcher
@@ -90,18 +92,44 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     through_autograd = f"({requires_grad}) and $grad_enabled()"
     if op._opoverload is None:
         through_autograd = f"({through_autograd}) or $is_tracing()"
-    short = [
-        f"if {through_autograd}:",
-        f"    $out = $apply({', '.join(positional)})",
-        "else:",
-        f"    $out = $kernel({', '.join(positional)})",
-        # As below torch's autograd kernel: no graph from what the kernel captured.
-        "    if $type($out) is not $Tensor or $out.requires_grad:",
-        "        $out = $detached($out)",
+    call = f"$out = $kernel({', '.join(positional)})"
+    apply = f"$out = $apply({', '.join(positional)})"
+    checked = f"$checked_output($self, {inputs}, $out)"
+    # Two or more outputs: each branch returns what torch's kernels make of the kernel's output
+    # (the backend's conversion; then the Autograd kernel's where that runs).
+    count = op._tensor_returns
+    globals_.update(count=count, autograd_returned=as_autograd_returned)
+    again = "$autograd_returned($count, {})"
+    short = []
+    if BelowAutograd is not None:  # See NOTE: [where torch's Autograd kernel runs]
+        globals_["excluded"] = autograd_excluded
+        inference = " and ".join(f"{t}.is_inference()" for t in tensors) or "False"
+        below = [f"    {line}" for line in below_autograd_lines(call, globals_)]
+        if count >= 2:
+            short += ["if $excluded():", f"    {call}", f"    return {checked}"]
+            short += [f"elif {through_autograd}:", f"    {apply}"]
+            short += [f"    return {again.format('$out')}", f"elif {inference}:"]
+            short += [f"    {call}", f"    return {checked}", "else:", *below]
+            short += [f"    return {again.format(checked)}"]
+            return [f"if {' and '.join(plain) or 'True'}:"] + [f"    {line}" for line in short]
+        short += ["if $excluded():", f"    {call}", f"elif {through_autograd}:", f"    {apply}"]
+        short += [f"elif {inference}:", f"    {call}", "else:", *below]
+    else:  # torch 1.8: no guard; a graph the kernel recorded is dropped
+        short += [f"if {through_autograd}:", f"    {apply}"]
+        if count >= 2:
+            short += [f"    return {again.format('$out')}"]
+        short += [
+            "else:",
+            f"    {call}",
+            "    if $type($out) is not $Tensor or $out.requires_grad:",
+        ]
+        short += ["        $out = $detached($out)"]
+        if count >= 2:
+            short += [f"    return {again.format(checked)}"]
+    short += [
         f"if $type($out) is $Tensor and {distinct}:",
         "    return $out",
-        f"$check_no_alias($self, {inputs}, $out)",
-        "return $out",
+        f"return {checked}",
     ]
     return [f"if {' and '.join(plain) or 'True'}:"] + [f"    {line}" for line in short]
 
@@ -143,8 +171,34 @@ def _argument_lines(
             continue
         globals_[f"kind{i}"] = kind
         test = f"$type({name}) is not $kind{i}"
+        if kind is int:  # torch refuses an int outside int64
+            test += f" or not -0x8000000000000000 <= {name} <= 0x7FFFFFFFFFFFFFFF"
         lines += [f"if {name} is not None and {test}:" if optional else f"if {test}:"]
         lines += [f"    {line}" for line in body]
+    return lines + _elided_default_lines(op, globals_)
+
+
+def _elided_default_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
+    """Trailing positional arguments equal to their (scalar) defaults replaced by the defaults,
+    from the last one back: the dispatcher leaves them out of the kernel's call, so ``-0.0`` for
+    a ``0.0`` default reaches the kernel as ``0.0``."""
+    params = [p for p in op._signature.parameters.values() if p.kind is not p.KEYWORD_ONLY]
+    lines: List[str] = []
+    indent = ""
+    for i in reversed(range(len(params))):
+        p = params[i]
+        if p.default is None:  # nothing to replace: a None stays None
+            lines += [f"{indent}if {p.name} is None:"]
+            indent += "    "
+            continue
+        if type(p.default) not in (int, float, bool, str):
+            break
+        key = f"default{i}"
+        globals_[key] = p.default
+        lines += [f"{indent}if {p.name} == ${key}:", f"{indent}    {p.name} = ${key}"]
+        indent += "    "
+    while lines and lines[-1].strip().endswith("is None:"):  # no statement under it
+        lines.pop()
     return lines
 
 

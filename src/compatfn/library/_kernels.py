@@ -4,6 +4,7 @@ arguments."""
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -13,7 +14,15 @@ from compatfn.library._utils import aliases_any, bump_version, tensors_in
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
 
-__all__ = ["check_device_types", "check_no_alias", "run_kernel"]
+__all__ = [
+    "as_autograd_returned",
+    "as_returned",
+    "check_device_types",
+    "check_no_alias",
+    "checked_output",
+    "run_kernel",
+    "tensor_return_count",
+]
 
 
 def check_device_types(device_types: Optional[Tuple[str, ...]]) -> None:
@@ -59,27 +68,110 @@ def run_kernel(op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any]) -> Any
     """Run the call's kernel: torch's aliasing rule on its output, and the version counter of an
     argument it mutated outside torch (NumPy) bumped, so that autograd sees the change."""
     kernel = kernel_for(op, inputs)
-    mutated = _mutated_tensors(op, inputs) if kernel is not op._fake else []
-    versions = [t._version for t in mutated]
+    if kernel is not op._fake:
+        # As torch's ADInplaceOrView kernel of a mutating custom op: each declared argument's
+        # version goes up once before the kernel runs (whatever the kernel does, or if it raises).
+        for t in _mutated_tensors(op, inputs):
+            if not is_inference(t):  # an inference tensor has no version counter
+                bump_version(t)
     output = kernel(*inputs, **keyword_only)
     if kernel is not op._fake:
-        check_no_alias(op, inputs, output)
-        for t, version in zip(mutated, versions):
-            if t._version == version:  # mutated outside torch (NumPy): tell autograd
-                bump_version(t)
+        return checked_output(op, inputs, output, kernel)
     return output
 
 
-def check_no_alias(op: CustomOp, inputs: tuple, output: Any) -> None:
-    """torch's rule: no output shares storage with an input or with another output."""
+def tensor_return_count(schema: str) -> int:
+    """How many tensors ``schema`` returns when it returns one Tensor or a tuple of them, else
+    0 (nothing, a list)."""
+    returns = schema.rsplit("-> ", 1)[1].strip()
+    parts = [r.strip() for r in returns.strip("()").split(",")] if returns != "()" else []
+    if not parts or any(r != "Tensor" for r in parts):
+        return 0
+    return len(parts)
+
+
+def checked_output(
+    op: CustomOp, inputs: tuple, output: Any, kernel: Optional[Callable] = None
+) -> Any:
+    """The kernel's ``output`` as torch hands it on: its aliasing rule checked, then converted to
+    what the schema returns (:func:`as_returned`)."""
+    check_no_alias(op, inputs, output, kernel)
+    return as_returned(op._tensor_returns, output)
+
+
+def _traced(value: Any) -> bool:
+    """An object standing for a tensor while something traces (a torch.fx proxy)."""
+    return not isinstance(value, (tuple, list, torch.Tensor)) and hasattr(
+        value, "__torch_function__"
+    )
+
+
+def as_returned(count: int, output: Any) -> Any:
+    """``output`` converted as torch (2.4-2.13) converts the result of a custom op's kernel for a
+    schema returning ``count`` tensors (the backend kernel's return): one tensor (or None) as it
+    is; for two or more, a 1-sequence gives its item as it is, a list of ``count`` a tuple;
+    torch's errors for anything else (a float, None for two outputs). Sequences of another length
+    pass as they are (torch crashes on them). See :func:`as_autograd_returned`."""
+    if count == 1:
+        if output is None or isinstance(output, torch.Tensor) or _traced(output):
+            return output
+        raise RuntimeError(f"Unable to cast {output} to Tensor")
+    if count < 2 or _traced(output):
+        return output
+    if not isinstance(output, (tuple, list)):
+        raise TypeError(
+            f"Object of type '{type(output).__name__}' is not an instance of 'sequence'"
+        )
+    if len(output) == 1:
+        return output[0]
+    if len(output) != count:
+        return output
+    for o in output:
+        if o is not None and not isinstance(o, torch.Tensor) and not _traced(o):
+            raise RuntimeError(f"Unable to cast {o} to Tensor")
+    return output if type(output) is tuple else tuple(output)
+
+
+def as_autograd_returned(count: int, output: Any) -> Any:
+    """What torch's Autograd kernel of a custom op returns from the backend kernel's converted
+    ``output`` (:func:`as_returned`), converted again: for two or more outputs, a tensor (a
+    1-tuple's item) raises torch's error after setup_context ran, and so does a list."""
+    if count < 2 or isinstance(output, tuple) or _traced(output):
+        return output
+    if isinstance(output, torch.Tensor) or output is None:
+        raise TypeError(
+            f"Object of type '{type(output).__name__}' is not an instance of 'sequence'"
+        )
+    if isinstance(output, list):
+        raise RuntimeError(f"Unable to cast {output} to Tensor")
+    return as_returned(count, output)
+
+
+def is_inference(t: torch.Tensor) -> bool:
+    """Whether ``t`` is an inference tensor (torch >= 1.9; never on 1.8)."""
+    return bool(getattr(t, "is_inference", _false)())
+
+
+def _false() -> bool:
+    return False
+
+
+def check_no_alias(
+    op: CustomOp, inputs: tuple, output: Any, kernel: Optional[Callable] = None
+) -> None:
+    """torch's rule: no output shares storage with an input or with another output (torch's
+    message, naming the op and the module of the kernel that broke it)."""
     outputs = output if isinstance(output, (tuple, list)) else (output,)
     if aliases_any(inputs, outputs):
+        module = inspect.getmodule(kernel if kernel is not None else op._kernels.get(None))
+        # Upstream: https://github.com/pytorch/pytorch/blob/v2.15.0/torch/_library/utils.py
         raise RuntimeError(
-            f"{op._qualname}: The output of this custom operator (1) must not also be "
-            "an input to this custom operator and (2) may not alias any inputs to this "
-            "custom operator or other returns. Please instead return a clone of the "
-            "offending output tensor(s) (e.g. return x.clone()) or refactor the custom "
-            "operator to not return it."
+            f"{op._name} (with implementation in {module}): The output of this custom operator "
+            "(1) must not also be an input to this custom operator and (2) may not alias any "
+            "inputs to this custom operator or other returns. The most common way to trigger "
+            "this error is if we have y = custom_op(x) and y and x are the same Tensor. Please "
+            "instead return a clone of the offending output tensor(s) (e.g. return x.clone()) "
+            "or refactor the custom operator to not return y."
         )
 
 

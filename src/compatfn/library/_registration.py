@@ -92,7 +92,10 @@ def impl_once(op: CustomOp, key: str, kernel: Callable) -> None:
 
 
 def below_autograd(fn: Callable, args: tuple, kwargs: Dict[str, Any]) -> Any:
-    """``fn(*args, **kwargs)`` with the autograd dispatch keys excluded (a redispatch)."""
+    """``fn(*args, **kwargs)`` with the autograd dispatch keys excluded (a redispatch); torch 1.8
+    has no guard in Python: ``fn(*args, **kwargs)``."""
+    if BelowAutograd is None:
+        return fn(*args, **kwargs)
     if GUARD_IS_CONTEXT:
         with BelowAutograd():
             return fn(*args, **kwargs)

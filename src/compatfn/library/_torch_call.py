@@ -14,7 +14,9 @@ from compatfn.library._convert import MISSING, given_arguments
 from compatfn.library._facts import (
     AUTOGRAD_KERNEL_ALWAYS_APPLIES,
     C_APPLY,
+    BelowAutograd,
     any_autocast_enabled,
+    autograd_excluded,
     autograd_profiler,
     dispatch_mode_count,
     forward_ad,
@@ -25,13 +27,9 @@ from compatfn.library._facts import (
     torch_function_mode_enabled,
 )
 from compatfn.library._generated import generated_function
-from compatfn.library._infer_schema import SCALAR_TYPES, _resolve
-from compatfn.library._utils import (
-    aliases_any,
-    detached,
-    distinct_storage_source,
-    legacy_function_class,
-)
+from compatfn.library._infer_schema import _resolve
+from compatfn.library._torch_replay import Replay, checked_output, replayed, verified
+from compatfn.library._utils import distinct_storage_source, legacy_function_class
 
 __all__ = ["generated_call"]
 
@@ -60,18 +58,29 @@ __all__ = ["generated_call"]
 # the registered setup_context and whose backward IS torch's (``torch_autograd_backward``: its
 # checks and errors), given the arguments torch's Autograd kernel gets (the dispatcher leaves out
 # trailing arguments equal to their defaults, and backward's ``ctx.needs_input_grad`` shows it);
-# else the kernel alone, whose outputs are then detached where the kernel recorded a graph (torch
-# runs it below autograd: what it computes from a captured parameter is recorded nowhere, and a
-# tensor it returns as it is comes back as it is). torch's aliasing rule: a single output
-# sharing no storage with any input passes at once; anything else is checked in full, and an output
-# that breaks the rule, or is not what the schema returns, makes the call go through the dispatcher
-# again, so that torch itself raises its own error (the kernel runs twice there: ops on this path do
-# not mutate their inputs). Every registration method that changes what the short path runs
+# else the kernel alone below autograd (See NOTE: [where torch's Autograd kernel runs]), or the
+# kernel alone where torch's Autograd kernel does not run (inference mode, below autograd,
+# inference tensors). Trailing arguments equal to their defaults reach the kernel as its
+# defaults, as the dispatcher passes them. torch's aliasing rule: a single output sharing no
+# storage with any input passes at once; anything else is checked in full, and an output that
+# breaks the rule, or is not what the schema returns, is handed to the dispatcher without running
+# the kernel again (See NOTE: [replaying an output]), so that torch converts it or raises its own
+# error. Every registration method that changes what the short path runs
 # (register_kernel, register_autograd, register_autocast) regenerates the call; a kernel or autocast
 # rule registered under the operator's name without the op object (``torch.library.impl``,
 # ``Library.impl``) is not seen by it.
 
 _DEFAULTS_COMPARABLE = (int, float, bool, str)
+_NOT_SIMPLE = object()
+#: Schema type -> the exact Python type that reaches the kernel unconverted (None: a tensor).
+_SCHEMA_KINDS: Dict[str, Any] = {
+    "Tensor": None,
+    "float": float,
+    "int": int,
+    "SymInt": int,
+    "bool": bool,
+    "str": str,
+}
 
 
 def _simple_kinds(opdef: Any) -> Optional[List[Tuple[str, Any]]]:
@@ -94,12 +103,10 @@ def _simple_kinds(opdef: Any) -> Optional[List[Tuple[str, Any]]]:
             return None
         if p.kind is not p.POSITIONAL_OR_KEYWORD or not p.name.isidentifier():
             return None
-        if annotation is torch.Tensor and str(arg.type) == "Tensor":
-            kinds.append((p.name, None))
-        elif annotation in SCALAR_TYPES:
-            kinds.append((p.name, annotation))
-        else:
+        kind = _SCHEMA_KINDS.get(str(arg.type), _NOT_SIMPLE)  # the schema decides, not annotations
+        if kind is _NOT_SIMPLE or annotation is not (torch.Tensor if kind is None else kind):
             return None
+        kinds.append((p.name, kind))
         if not _same_default(p, arg, annotation):
             return None
     return kinds
@@ -117,7 +124,9 @@ def _same_default(p: inspect.Parameter, arg: Any, annotation: Any) -> bool:
     )
 
 
-def _autograd_class(opdef: Any, names: List[str], given: int, g: Dict[str, Any]) -> Any:
+def _autograd_class(
+    opdef: Any, names: List[str], tensors: List[str], given: int, g: Dict[str, Any]
+) -> Any:
     """The short path's legacy autograd Function for calls whose first ``given`` arguments reach
     torch's Autograd kernel (the dispatcher leaves out trailing arguments equal to their
     defaults, so torch's ``ctx.needs_input_grad`` has one entry per argument given): forward runs
@@ -125,9 +134,15 @@ def _autograd_class(opdef: Any, names: List[str], given: int, g: Dict[str, Any])
     (See NOTE: [the torch tier's call]). ``g`` holds the defaults (``default<i>``)."""
     call = ", ".join(names)
     inputs = "(" + call + ("," if len(names) == 1 else "") + ")"
+    distinct = distinct_storage_source(
+        "$output", tensors, {"storage_id": "$storage_id", "alias_of": "$alias_of"}
+    )
     lines = [f"def $function({', '.join(['$ctx', *names[:given], '$metadata'])}):"]
     lines += [f"    {n} = $default{i}" for i, n in enumerate(names) if i >= given]
-    lines.append(f"    $output = $kernel({call})")
+    lines += ["    with $below():", f"        $output = $kernel({call})"]
+    # The output is checked before setup_context runs: a wrong one is handed to the dispatcher.
+    lines.append(f"    if not ($type($output) is $Tensor and {distinct}):")
+    lines.append(f"        $verified($state, {inputs}, $output)")
     if opdef._setup_context_fn is not None:
         lines.append(f"    $setup_context(ctx=$ctx, inputs={inputs}, output=$output)")
     lines.append("    return $output")
@@ -138,6 +153,13 @@ def _autograd_class(opdef: Any, names: List[str], given: int, g: Dict[str, Any])
             **globals_,
             "kernel": opdef._init_fn,
             "setup_context": opdef._setup_context_fn,
+            "below": BelowAutograd,
+            "type": type,
+            "Tensor": torch.Tensor,
+            "storage_id": storage_id,
+            "alias_of": is_alias_of,
+            "verified": verified,
+            "state": opdef.__dict__,
             "ctx": None,
             "metadata": None,
             "output": None,
@@ -193,14 +215,12 @@ def _short_path_lines(
     ]
     g["kernel"] = opdef._init_fn
     call = ", ".join(names)
-    if AUTOGRAD_KERNEL_ALWAYS_APPLIES:  # inference mode skips torch's Autograd kernel
-        g["no_autograd"] = torch.is_inference_mode_enabled
-        grad = "not $no_autograd()"
-    else:
-        g["grad_enabled"] = torch.is_grad_enabled
-        grad = (
-            f"({' or '.join(f'{t}.requires_grad' for t in tensors) or 'False'}) and $grad_enabled()"
-        )
+    # See NOTE: [where torch's Autograd kernel runs]
+    g["excluded"] = autograd_excluded
+    g["grad_enabled"] = torch.is_grad_enabled
+    grad = f"({' or '.join(f'{t}.requires_grad' for t in tensors) or 'False'}) and $grad_enabled()"
+    inference = " and ".join(f"{t}.is_inference()" for t in tensors) or "False"
+    g["below"] = BelowAutograd
     distinct = distinct_storage_source(
         "$out", tensors, {"storage_id": "$storage_id", "alias_of": "$alias_of"}
     )
@@ -211,19 +231,28 @@ def _short_path_lines(
         if kind is not None:
             g[f"kind{i}"] = kind
             scalars.append(f"$type({name}) is not $kind{i}")
+            if kind is int:  # torch refuses an int outside int64
+                scalars.append(f"not -0x8000000000000000 <= {name} <= 0x7FFFFFFFFFFFFFFF")
     body = []
     if scalars:
         body += [
             f"if {' or '.join(scalars)}:",
             f"    return $dispatch($state, {inputs}, $names, (), {{}})",
         ]
-    body += [f"if {grad}:", *_apply_lines(opdef, names, g), "else:"]
+    direct = [*_elided_defaults_lines(kinds, g, "    "), f"    $out = $kernel({call})"]
+    if AUTOGRAD_KERNEL_ALWAYS_APPLIES:
+        body += [f"if $excluded() or {inference}:", *direct]
+        body += ["else:", *_apply_lines(opdef, names, tensors, g)]
+    else:
+        body += ["if $excluded():", *direct, f"elif {grad}:"]
+        body += [*_apply_lines(opdef, names, tensors, g), f"elif {inference}:", *direct]
+        body += [
+            "else:",
+            *_elided_defaults_lines(kinds, g, "    "),
+            "    with $below():",
+            f"        $out = $kernel({call})",
+        ]
     body += [
-        f"    $out = $kernel({call})",
-        # torch runs this kernel below autograd: what it computes from a captured tensor that
-        # requires grad is recorded nowhere; what it returns as it is comes back as it is.
-        "    if $type($out) is not $Tensor or $out.requires_grad:",
-        "        $out = $detached($out)",
         f"if $type($out) is $Tensor and {distinct}:",
         "    return $out",
         f"return $checked($state, {inputs}, $out)",
@@ -231,14 +260,40 @@ def _short_path_lines(
     return [f"if {' and '.join(test)}:"] + [f"    {line}" for line in [*defaults, *body]]
 
 
-def _apply_lines(opdef: Any, names: List[str], g: Dict[str, Any]) -> List[str]:
+def _elided_defaults_lines(
+    kinds: List[Tuple[str, Any]], g: Dict[str, Any], indent: str
+) -> List[str]:
+    """Trailing arguments equal to their defaults replaced by the defaults, from the last one
+    back, as the dispatcher leaves them out of the kernel's call (``-0.0`` for a ``0.0`` default
+    reaches the kernel as ``0.0``)."""
+    lines: List[str] = []
+    for i in reversed(range(len(kinds))):
+        name = kinds[i][0]
+        if f"default{i}" not in g:
+            break
+        lines += [f"{indent}if {name} == $default{i}:", f"{indent}    {name} = $default{i}"]
+        indent += "    "
+    return lines
+
+
+def _apply_lines(opdef: Any, names: List[str], tensors: List[str], g: Dict[str, Any]) -> List[str]:
     """The short path's autograd call, given the arguments torch's Autograd kernel would get:
     trailing arguments equal to their defaults left out, as the dispatcher does."""
     required = len(names) - sum(1 for i in range(len(names)) if f"default{i}" in g)
 
+    inputs = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
+    g["Replay"] = Replay
+    g["replayed"] = replayed
+    g["replay"] = None
+
     def apply(given: int, indent: str) -> List[str]:
-        g[f"apply{given}"] = C_APPLY.__get__(None, _autograd_class(opdef, names, given, g))
-        return [f"{indent}$out = $apply{given}({', '.join([*names[:given], 'None'])})"]
+        g[f"apply{given}"] = C_APPLY.__get__(None, _autograd_class(opdef, names, tensors, given, g))
+        return [
+            f"{indent}try:",
+            f"{indent}    $out = $apply{given}({', '.join([*names[:given], 'None'])})",
+            f"{indent}except $Replay as $replay:",
+            f"{indent}    return $replayed($state, {inputs}, $replay.output)",
+        ]
 
     def lines(given: int, indent: str) -> List[str]:
         if given == required:
@@ -268,9 +323,8 @@ def generated_call(opdef: Any) -> Callable:
         "MISSING": MISSING,
         "storage_id": storage_id,
         "alias_of": is_alias_of,
-        "checked": _checked_output,
+        "checked": checked_output,
         "dispatch": _dispatcher_call,
-        "detached": detached,
         "state": opdef.__dict__,
         "names": None,
         "out": None,
@@ -317,20 +371,3 @@ def _dispatcher_call(
     raises its own error."""
     positional, keywords = given_arguments(names, values)
     return state["_opoverload"](*positional, *args, **keywords, **kwargs)
-
-
-def _checked_output(state: Dict[str, Any], inputs: tuple, output: Any) -> Any:
-    """The short path's output when it is what the schema returns and keeps torch's aliasing rule;
-    else the call again through the dispatcher, where torch raises its own error (See NOTE: [the
-    torch tier's call])."""
-    overload = state["_opoverload"]
-    count = len(overload._schema.returns)
-    outputs = (output,) if count == 1 else output
-    if (
-        isinstance(outputs, tuple)
-        and len(outputs) == count
-        and all(isinstance(o, torch.Tensor) for o in outputs)
-        and not aliases_any(inputs, outputs)
-    ):
-        return output
-    return overload(*inputs)

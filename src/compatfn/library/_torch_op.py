@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 from compatfn.library._facts import TorchCustomOpDef
 from compatfn.library._torch_call import generated_call
 
-__all__ = ["FastCustomOpDef", "hand_out", "install_call"]
+__all__ = ["CONTRACT", "FastCustomOpDef", "contract_problem", "hand_out", "install_call"]
 
 _Base: Any = TorchCustomOpDef if TorchCustomOpDef is not None else object
 
@@ -98,17 +99,41 @@ def _deep_copied(self: Any, memo: Dict[int, Any]) -> Any:
     return _same_kind(self, copy.deepcopy(self.__dict__, memo))  # torch's error where it has one
 
 
-#: The class of the op objects compatfn hands out (See NOTE: [the op object's call]).
+def _torch_object() -> Any:
+    """An empty object of torch's class, which unpickling fills with the pickled state."""
+    return _Base.__new__(_Base)
+
+
+def _reduced(self: Any, protocol: Any) -> Any:
+    """Pickled as torch's own object: its class and its state (torch's error where it has one)."""
+    return (_torch_object, (), self.__dict__)
+
+
+#: What ``inspect.signature`` gives for torch's op object (its ``__call__(*args, **kwargs)``).
+_SIGNATURE = inspect.Signature(
+    [
+        inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+        inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD),
+    ]
+)
+
+#: The class of the op objects compatfn hands out (See NOTE: [the op object's call]); its
+#: signature, docstring and pickling are those of torch's object.
 CallableCustomOpDef: Any = type(
     "CustomOpDef",
     (functools.partial, FastCustomOpDef),
     {
         "__module__": __name__,
+        "__doc__": _Base.__doc__,
+        "__signature__": _SIGNATURE,
         "__call__": functools.partial.__call__,
         "__repr__": _Base.__repr__,
-        "__get__": _not_bound,
         "__copy__": _copied,
         "__deepcopy__": _deep_copied,
+        "__reduce_ex__": _reduced,
+        # Python 3.13's partial binds as a method: undone (torch's object is no descriptor, and
+        # pydoc documents a descriptor as a routine).
+        **({"__get__": _not_bound} if hasattr(functools.partial, "__get__") else {}),
     },
 )
 
@@ -141,9 +166,48 @@ def _follow(older: Any, newest: Any) -> None:
         older.__class__ = FastCustomOpDef  # torch's call, through the newest operator
 
 
+# NOTE: [torch's private contract]
+# The fast op object rests on torch internals: CustomOpDef's fields (``CUSTOM_OP_DEF_FIELDS``,
+# the kernels per device in a dict that torch reads at each call), the closure of
+# ``make_autograd_impl`` (its ``Generated`` Function, whose backward the short path uses), and
+# ``__class__`` assignment on torch's object (a plain Python object with a ``__dict__``). They
+# are checked once, on the first op defined; where one does not hold (a torch release that moved
+# them), every op is torch's own object, untouched (exact, through the dispatcher at each call),
+# and ``python -m compatfn`` says why (``CONTRACT``).
+#: None until checked; then "" where the contract holds, else what broke it.
+CONTRACT: Dict[str, Optional[str]] = {"problem": None}
+
+
+def contract_problem(opdef: Any) -> str:
+    """What of torch's private contract does not hold for ``opdef`` ("" where all does)."""
+    from compatfn.library._facts import CUSTOM_OP_DEF_FIELDS, torch_autograd_backward
+
+    missing = [f for f in CUSTOM_OP_DEF_FIELDS if f not in getattr(opdef, "__dict__", {})]
+    if missing:
+        return f"torch's CustomOpDef has no {', '.join(missing)}"
+    if not isinstance(opdef._backend_fns, dict):
+        return "torch's CustomOpDef keeps its kernels otherwise than in a dict"
+    try:
+        if not callable(torch_autograd_backward(opdef)):
+            return "make_autograd_impl's Generated Function has no backward"
+    except Exception as e:
+        return f"make_autograd_impl's closure has another layout ({type(e).__name__}: {e})"
+    if "__slots__" in type(opdef).__dict__ or type(opdef) is not _Base:
+        return "torch's CustomOpDef cannot change its class"
+    return ""
+
+
+def _contract_holds(opdef: Any) -> bool:
+    if CONTRACT["problem"] is None:
+        CONTRACT["problem"] = contract_problem(opdef)
+    return not CONTRACT["problem"]
+
+
 def hand_out(opdef: Any, fast: bool) -> Any:
     """The op object for torch's ``opdef`` (``fast``: one of ``CallableCustomOpDef`` sharing its
-    state, else ``opdef`` itself); older objects of its name follow it."""
+    state, else ``opdef`` itself); older objects of its name follow it. See NOTE: [torch's
+    private contract]."""
+    fast = fast and _contract_holds(opdef)
     if fast:
         opdef.__class__ = FastCustomOpDef
         op = functools.partial.__new__(CallableCustomOpDef, opdef.__call__)

@@ -9,7 +9,14 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import torch
 
-from compatfn.library._facts import RESERVED_NAMESPACES, increment_version, is_alias_of, storage_id
+from compatfn.library._facts import (
+    GUARD_IS_CONTEXT,
+    RESERVED_NAMESPACES,
+    BelowAutograd,
+    increment_version,
+    is_alias_of,
+    storage_id,
+)
 
 #: Device type -> dispatch key, where upper-casing the device type does not give it.
 _DEVICE_KEYS = {"meta": "Meta", "lazy": "Lazy", "privateuseone": "PrivateUse1"}
@@ -208,3 +215,18 @@ def legacy_function_class(name: str, forward: Callable, backward: Callable, modu
             "__module__": module,
         },
     )
+
+
+def below_autograd_lines(assignment: str, globals_: Dict[str, Any]) -> List[str]:
+    """Generated lines running ``assignment`` (``"$out = $kernel(x)"``) below autograd, as
+    torch's Autograd kernel runs a custom op's kernel (See NOTE: [where torch's Autograd kernel
+    runs]); ``globals_`` gets the guard as ``below``. torch 1.8 has no guard in Python: the lines
+    run ``assignment`` as it is."""
+    if BelowAutograd is None:
+        return [assignment]
+    globals_["below"] = BelowAutograd
+    if GUARD_IS_CONTEXT:
+        return ["with $below():", f"    {assignment}"]
+    # torch 1.13-2.0: a guard object, active while alive.
+    globals_.setdefault("guard", None)
+    return ["$guard = $below()", "try:", f"    {assignment}", "finally:", "    del $guard"]

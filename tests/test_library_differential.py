@@ -1,0 +1,161 @@
+"""``compatfn.custom_op`` against torch's own ``torch.library.custom_op``, on generated cases
+(``library_oracle``): outputs, gradients, errors, kernel and setup_context calls, what reaches the
+kernel, random state, version counters and node names must be the same.
+
+On torch >= 2.4 every tier this torch runs is compared with torch's own op side by side; older
+torch compares with the outcomes torch's own op gave a fixed set of cases on the newest torch
+(``tests/data/custom_op_oracle.json``; ``python tests/library_oracle.py --record`` rewrites it).
+The CI budget is small; ``COMPATFN_HYPOTHESIS_PROFILE=nightly`` draws many more cases.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from typing import Any, Dict, Tuple
+
+import pytest
+import torch
+from hypothesis import HealthCheck, assume, given, settings
+
+import library_oracle as oracle
+from compatfn.library import _custom_op
+from compatfn.library._facts import BelowAutograd
+from library_support import TIERS
+
+_NIGHTLY = os.environ.get("COMPATFN_HYPOTHESIS_PROFILE") == "nightly"
+_EXAMPLES = 600 if _NIGHTLY else 40
+_RUN = uuid.uuid4().hex[:6]
+_count = iter(range(10**9))
+HAS_TORCH_OP = hasattr(torch, "library") and hasattr(torch.library, "custom_op")
+
+
+def _recorded_on() -> str:
+    return str(json.loads(oracle.RECORDED.read_text())["torch"])
+
+
+#: Tiers compared side by side with this torch's own op: the torch tier (what this torch gives),
+#: and compatfn's older tiers on the torch the stored outcomes come from (they follow that
+#: torch's behaviour where torch releases differ; elsewhere they run the stored set).
+SIDE_BY_SIDE = [t for t in TIERS if t == "torch" or torch.__version__ == _recorded_on()]
+#: Tiers compared with the stored outcomes.
+RECORDED_TIERS = [t for t in TIERS if t not in SIDE_BY_SIDE]
+
+
+def _outputs_convert_by_call_form() -> bool:
+    """Whether torch's own op converts a kernel's list for a tuple of outputs in a keyword call
+    but hands it on as it is in a positional one (measured: torch 2.15; 2.4-2.13 convert both).
+    compatfn's op gives the positional call's result for both there."""
+    if not HAS_TORCH_OP:
+        return False
+    source = (
+        "def k(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:\n    return [x + 1, x + 2]\n"
+    )
+    namespace: Dict[str, Any] = {"torch": torch, "Tuple": Tuple}
+    exec(compile(source, "<probe>", "exec", dont_inherit=True), namespace)
+    op = torch.library.custom_op(f"cft{_RUN}_probe::k", namespace["k"], mutates_args=())
+    x = torch.ones(1)
+    return type(op(x)) is not type(op(x=x))
+
+
+CONVERTS_BY_CALL_FORM = _outputs_convert_by_call_form()
+
+
+def _by_keyword(case: Dict[str, Any]) -> bool:
+    return any(a["how"] != "pos" for a in case["args"])
+
+
+def _ours(tier: str) -> Any:
+    def make(qualname: str, fn: Any, mutates_args: Any, schema: Any) -> Any:
+        return _custom_op(qualname, fn, mutates_args, None, schema, tier)
+
+    return make
+
+
+def _theirs(qualname: str, fn: Any, mutates_args: Any, schema: Any) -> Any:
+    return torch.library.custom_op(qualname, fn, mutates_args=mutates_args, schema=schema)
+
+
+def compare(case: Dict[str, Any], tier: str) -> None:
+    """``case`` gives the same outcome on compatfn's op (``tier``) and torch's own."""
+    n = next(_count)
+    expected = oracle.outcome(case, _theirs, f"cft{_RUN}_torch{n}::op")
+    got = oracle.outcome(case, _ours(tier), f"cft{_RUN}_ours{n}::op")
+    assert got == expected, _explain(case, got, expected)
+
+
+def _explain(case: Dict[str, Any], got: Dict[str, Any], expected: Dict[str, Any]) -> str:
+    keys = sorted(set(got) | set(expected))
+    lines = [f"case: {json.dumps(case)}"]
+    lines += [
+        f"{k}: ours {got.get(k)!r} / torch {expected.get(k)!r}"
+        for k in keys
+        if got.get(k) != expected.get(k)
+    ]
+    return "\n".join(lines)
+
+
+@pytest.mark.skipif(not HAS_TORCH_OP, reason=f"torch {torch.__version__} has no custom_op")
+@pytest.mark.parametrize("tier", SIDE_BY_SIDE)
+@settings(
+    max_examples=_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(case=oracle.cases())
+def test_generated_cases_match_torch_custom_op(tier: str, case: Dict[str, Any]) -> None:
+    # A difference torch has with itself (See _outputs_convert_by_call_form).
+    assume(not (CONVERTS_BY_CALL_FORM and case["outputs"] >= 2 and _by_keyword(case)))
+    compare(case, tier)
+
+
+@pytest.mark.skipif(not HAS_TORCH_OP, reason=f"torch {torch.__version__} has no custom_op")
+@pytest.mark.parametrize("tier", SIDE_BY_SIDE)
+@pytest.mark.parametrize("name", sorted(oracle.REGRESSIONS))
+def test_regression_matches_torch_custom_op(name: str, tier: str) -> None:
+    """The shrunk failures, side by side with torch's own op (older torch: the recorded set
+    holds them too)."""
+    compare(oracle.REGRESSIONS[name], tier)
+
+
+def _recorded() -> Any:
+    return json.loads(oracle.RECORDED.read_text())["rows"]
+
+
+#: Kernels whose outcome, with no input requiring grad, depends on running below autograd.
+_BELOW_AUTOGRAD = {"autograd_grad", "capture_param_inplace", "return_nonleaf", "return_param_view"}
+
+
+def known_difference(row: Dict[str, Any]) -> Any:
+    """Why compatfn's tiers on this torch differ from torch's own op on a recorded case, where
+    they cannot help it (a strict xfail: a fix makes the test fail until this is updated)."""
+    case = row["case"]
+    if BelowAutograd is None and case["kernel"] in _BELOW_AUTOGRAD and not case["grad"]:
+        return (
+            f"torch {torch.__version__} has no below-autograd guard in Python: the kernel's own "
+            "operations on captured tensors run with autograd on"
+        )
+    return None
+
+
+def _recorded_params() -> Any:
+    params = []
+    for i, row in enumerate(_recorded() if RECORDED_TIERS else []):
+        reason = known_difference(row)
+        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+        params.append(pytest.param(i, marks=marks, id=row["name"].replace(" ", "_")))
+    return params
+
+
+@pytest.mark.parametrize("tier", RECORDED_TIERS)
+@pytest.mark.parametrize("index", _recorded_params())
+def test_recorded_case_matches_torch_custom_op(tier: str, index: int) -> None:
+    """compatfn's older tiers against what torch's own op gave the same case on the torch the
+    stored outcomes come from."""
+    row = _recorded()[index]
+    missing = oracle.context_missing(row["case"]["context"])
+    if missing:
+        pytest.skip(missing)
+    got = oracle.outcome(row["case"], _ours(tier), f"cft{_RUN}_ours{next(_count)}::op")
+    assert got == row["torch"], _explain(row["case"], got, row["torch"])
