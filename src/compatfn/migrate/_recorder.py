@@ -40,6 +40,10 @@ def _recording(original):
     def apply(klass, *args, **kwargs):
         key = f"{klass.__module__}.{klass.__qualname__}"
         entry = {"inputs": [*_summary(list(args)), _summary(kwargs)], "grads": None}
+        if not _CALLS:
+            # Registered after torch's own exit handlers, so that it runs before them: saved
+            # after them, torch 1.8 hangs at exit (its autograd engine's destructor waits).
+            atexit.register(_save)
         _CALLS.setdefault(key, []).append(entry)
         result = original.__get__(None, klass)(*args, **kwargs)
         entry["outputs"] = _summary(result)
@@ -119,4 +123,3 @@ def _save():
 
 if _TARGETS:
     sys.meta_path.insert(0, _Finder())
-    atexit.register(_save)
