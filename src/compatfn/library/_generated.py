@@ -1,4 +1,4 @@
-"""Functions written as Python source when an op is defined (NOTE: [generated code]).
+"""Functions written as Python source when an op is defined.
 
 A custom op's call and its legacy forward are generated with the op's own parameter names, so
 that keywords bind, defaults fill, tracebacks and dynamo see a plain function, at one frame per
@@ -9,18 +9,11 @@ from __future__ import annotations
 
 import linecache
 import re
-from typing import Any, Dict, Set
+from typing import Any, Dict
+
+from compatfn.core import _fresh_name
 
 __all__ = ["generated_function"]
-
-
-def _fresh_name(base: str, taken: Set[str]) -> str:
-    """``base``, with underscores appended until it is not in ``taken`` (which then holds it)."""
-    name = base
-    while name in taken:
-        name += "_"
-    taken.add(name)
-    return name
 
 
 def generated_function(template: str, globals_: Dict[str, Any], taken: set, filename: str) -> Any:
