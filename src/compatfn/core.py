@@ -811,12 +811,15 @@ def _hidden_filename(what: str) -> str:
 
 #: The file name of this module's functions that run within a call (see ``_hide_frame``).
 _MODULE_FILENAME = _hidden_filename(f"{__name__}, the adapter's call")
-linecache.cache[_MODULE_FILENAME] = (0, None, linecache.getlines(__file__), _MODULE_FILENAME)
 
 
 def _hide_frame(fn: Any) -> Any:
-    """Give ``fn`` (a function of this module) the hidden file name; its lines are this module's.
-    See NOTE: [the frames of a call]."""
+    """Give ``fn`` (a function of this module) the hidden file name; its lines are this module's
+    (read into ``linecache`` at the first decoration, not at import). See NOTE: [the frames of a
+    call]."""
+    if _MODULE_FILENAME not in linecache.cache:
+        lines = linecache.getlines(__file__)
+        linecache.cache[_MODULE_FILENAME] = (0, None, lines, _MODULE_FILENAME)
     fn.__code__ = fn.__code__.replace(co_filename=_MODULE_FILENAME)
     return fn
 
