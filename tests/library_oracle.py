@@ -491,7 +491,13 @@ def _error(e: BaseException) -> List[str]:
 
 
 def _is_inference(t: torch.Tensor) -> bool:
-    return bool(getattr(t, "is_inference", lambda: False)())
+    if hasattr(t, "is_inference"):
+        return bool(t.is_inference())
+    try:  # torch 1.9 makes inference tensors but has no is_inference(): they have no version
+        _ = t._version
+    except RuntimeError:
+        return True
+    return False
 
 
 def _describe(value: Any, inputs: List[Any]) -> Any:

@@ -27,6 +27,8 @@ from compatfn.core import (
 __all__ = [
     "CUSTOM_OP_DEF_FIELDS",
     "CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS",
+    "HAS_INFERENCE_MODE",
+    "HAS_IS_INFERENCE",
     "HAS_LIBRARY",
     "HAS_META_DEVICE",
     "HAS_TAGS",
@@ -208,6 +210,12 @@ is_alias_of: Optional[Callable[[torch.Tensor, torch.Tensor], bool]] = getattr(
     torch._C, "_is_alias_of", None
 )
 
+#: ``torch.inference_mode`` and inference tensors (torch >= 1.9).
+# Upstream: https://github.com/pytorch/pytorch/pull/58045
+HAS_INFERENCE_MODE = hasattr(torch, "is_inference_mode_enabled")
+#: ``Tensor.is_inference()`` (torch >= 1.10; 1.9 makes inference tensors but cannot tell them).
+HAS_IS_INFERENCE = hasattr(torch.Tensor, "is_inference")
+
 #: Below-autograd redispatch guard (every torch with ``torch.library``); a context manager on
 #: torch >= 2.1, a plain guard object (active while alive) on 1.13 and 2.0 (measured).
 # Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/_library/autograd.py
@@ -224,15 +232,17 @@ GUARD_IS_CONTEXT = hasattr(BelowAutograd, "__enter__")
 # captured leaf is allowed and ``torch.autograd.grad`` inside it finds no graph. compatfn's eager
 # calls decide the same way: ``autograd_excluded()`` reads the thread's excluded keys as the
 # dispatcher does (measured on 1.13, 2.1, 2.4, 2.13, 2.15: the per-backend keys such as
-# ``AutogradCPU`` always read False there; the functionality key answers). torch 1.8 has neither
-# inference mode nor the guard in Python: nothing is ever excluded.
+# ``AutogradCPU`` always read False there; the functionality key answers). torch 1.9 to 1.12 have
+# inference mode but neither that query nor the guard in Python: inference mode is then the only
+# exclusion a Python caller can be under, and ``torch.is_inference_mode_enabled()`` reads it
+# (measured on 1.9 and 1.10). torch 1.8 has neither: nothing is ever excluded.
 # Upstream: https://github.com/pytorch/pytorch/blob/v2.5.0/torch/_library/autograd.py
 _AUTOGRAD_KEY: Any = getattr(getattr(torch._C, "DispatchKey", None), "AutogradFunctionality", None)
 _IS_EXCLUDED: Any = getattr(torch._C, "_dispatch_tls_is_dispatch_key_excluded", None)
 autograd_excluded: Callable[[], bool] = (
     functools.partial(_IS_EXCLUDED, _AUTOGRAD_KEY)
     if _IS_EXCLUDED is not None and _AUTOGRAD_KEY is not None
-    else (lambda: False)
+    else (torch.is_inference_mode_enabled if HAS_INFERENCE_MODE else lambda: False)
 )
 
 #: torch's C-level ``Function.apply``: no binding, no transform checks (the caller has done them).

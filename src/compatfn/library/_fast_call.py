@@ -12,6 +12,8 @@ from compatfn.library._convert import MISSING, wrong_call
 from compatfn.library._facts import (
     C_APPLY,
     DISPATCHER_PROBES,
+    HAS_INFERENCE_MODE,
+    HAS_IS_INFERENCE,
     HAS_META_DEVICE,
     BelowAutograd,
     autograd_excluded,
@@ -114,8 +116,16 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
             return [f"if {' and '.join(plain) or 'True'}:"] + [f"    {line}" for line in short]
         short += ["if $excluded():", f"    {call}", f"elif {through_autograd}:", f"    {apply}"]
         short += [f"elif {inference}:", f"    {call}", "else:", *below]
-    else:  # torch 1.8: no guard; a graph the kernel recorded is dropped
-        short += [f"if {through_autograd}:", f"    {apply}"]
+    else:  # torch 1.8 to 1.12: no guard; a graph the kernel recorded is dropped
+        branch = "if"
+        if HAS_INFERENCE_MODE:  # 1.9 to 1.12: inference mode is what excludes autograd
+            globals_["excluded"] = autograd_excluded
+            inference = " and ".join(f"{t}.is_inference()" for t in tensors if HAS_IS_INFERENCE)
+            short += [f"if $excluded() or {inference or 'False'}:", f"    {call}"]
+            if count >= 2:
+                short += [f"    return {checked}"]
+            branch = "elif"
+        short += [f"{branch} {through_autograd}:", f"    {apply}"]
         if count >= 2:
             short += [f"    return {again.format('$out')}"]
         short += [
