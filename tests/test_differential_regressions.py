@@ -54,3 +54,16 @@ def test_strict_export_of_empty_varargs():
     native path of torch 2.13-2.14 (core's _DYNAMO_MISHANDLES_VARARGS)."""
     made = build(Spec(rest=True))
     check_like_control(made, "positional", _x(grad=False), exported(True), "torch.export(strict)")
+
+
+@pytest.mark.skipif(not HAS_COMPILE, reason=f"torch {torch.__version__} has no torch.compile")
+@pytest.mark.usefixtures("fresh_dynamo")
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_compiled_without_grad_on_the_legacy_form(backend):
+    """``forward(x)`` called ``apply(x)`` with no input requiring grad, compiled: on torch 2.2,
+    where every class takes the legacy form, dynamo failed on the adapter's sentinel defaults
+    ("type object 'FunctionMeta' has no attribute 'forward'"; core's
+    _DYNAMO_GUARDS_DEFAULTS_WRONGLY), while the hand-written Function compiles."""
+    made = build(Spec())
+    what = f"torch.compile(backend={backend!r}, fullgraph=True)"
+    check_like_control(made, "positional", _x(grad=False), compiled(backend), what)

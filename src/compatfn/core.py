@@ -211,6 +211,13 @@ _DYNAMO_OMITS_DEFAULTS = _HAS_SETUP_CONTEXT
 #: legacy Function compiles on each). Classes whose forward has ``*args`` take the legacy form.
 _DYNAMO_MISHANDLES_VARARGS = _HAS_SETUP_CONTEXT and _TORCH_VERSION < (2, 15)
 
+#: torch 2.2: dynamo fails a legacy Function whose forward has a default when no input requires
+#: grad (InternalTorchDynamoError "type object 'FunctionMeta' has no attribute 'forward'": the guard
+#: it installs on the default reads ``cls.__class__.forward``; measured on 2.2.2, not on 2.1.2 or
+#: 2.3.1, a hand-written Function failing alike). See NOTE: [forward called directly].
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.2.2/torch/_dynamo/variables/misc.py
+_DYNAMO_GUARDS_DEFAULTS_WRONGLY = (2, 2) <= _TORCH_VERSION < (2, 3)
+
 #: Where dynamo (and strict torch.export, which traces with it) mishandles a direct
 #: ``Fn.apply(...)`` of any setup_context-style class that it handles for a hand-written legacy
 #: one, a decorated class itself takes the legacy form (mode "dual"); where it mishandles only
@@ -849,7 +856,9 @@ def _fresh_name(base: str, taken: set) -> str:
 # with a message about a missing argument, or run the user's forward with shifted arguments. The
 # adapter's parameters after ctx all have defaults (``_NOT_GIVEN`` for required ones; torch always
 # passes them all), and its first line checks that ctx is one, raising the TypeError below
-# otherwise (an ``isinstance`` per call, which dynamo traces). ``_NOT_GIVEN`` is a string because
+# otherwise (an ``isinstance`` per call, which dynamo traces). Where dynamo guards a default
+# wrongly (``_DYNAMO_GUARDS_DEFAULTS_WRONGLY``) required parameters keep no default: a direct call
+# that leaves one out gets Python's own TypeError there. ``_NOT_GIVEN`` is a string because
 # dynamo wraps every default of a function it inlines, and takes only literals (torch 2.1:
 # "Unexpected type in sourceless builder <class 'object'>" for an ``object()``).
 _NOT_GIVEN = "<not given: call Fn.apply(...), not Fn.forward(...)>"
@@ -945,6 +954,7 @@ def _legacy_forward(
             _NOT_GIVEN if p.default is p.empty else p.default
             for p in params
             if p.kind is not p.VAR_POSITIONAL
+            and not (p.default is p.empty and _DYNAMO_GUARDS_DEFAULTS_WRONGLY)
         )
         or None
     )
