@@ -29,7 +29,11 @@ from compatfn.library._facts import (
 from compatfn.library._generated import generated_function
 from compatfn.library._infer_schema import _resolve
 from compatfn.library._torch_replay import Replay, checked_output, replayed, verified
-from compatfn.library._utils import distinct_storage_source, legacy_function_class
+from compatfn.library._utils import (
+    Definition,
+    distinct_storage_source,
+    legacy_function_class,
+)
 
 __all__ = ["generated_call"]
 
@@ -169,7 +173,9 @@ def _autograd_class(
     )
     overload = opdef._opoverload
     name = f"GeneratedBackwardFor_{overload._namespace}_{overload._opname}_{overload._overloadname}"
-    return legacy_function_class(name, forward, torch_autograd_backward(opdef), __name__)
+    # See Definition: a graph keeps the formula of the definition that recorded it.
+    backward = torch_autograd_backward(Definition(opdef))
+    return legacy_function_class(name, forward, backward, __name__)
 
 
 def _probes(opdef: Any, g: Dict[str, Any]) -> List[str]:
