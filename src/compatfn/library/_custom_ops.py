@@ -13,12 +13,13 @@ from compatfn.library._autocast import autocast_dtype, call_autocast
 from compatfn.library._autograd import Call, autograd_function
 from compatfn.library._convert import any_left_out, conversions, wrong_call
 from compatfn.library._facts import (
-    DISPATCHER_PROBES,
     BelowAutograd,
     autograd_excluded,
+    dispatcher_test_source,
     is_tracing,
 )
 from compatfn.library._fast_call import generated_call
+from compatfn.library._generated import generated_function
 from compatfn.library._infer_schema import (
     check_given_schema,
     infer_schema,
@@ -31,6 +32,14 @@ from compatfn.library._kernels import (
     is_inference,
     run_kernel,
     tensor_return_count,
+)
+from compatfn.library._no_operator import (
+    lazy_views,
+    profiled,
+    refuse_transforms,
+    resolved,
+    torch_function_arguments,
+    transforms_active,
 )
 from compatfn.library._utils import (
     detached,
@@ -50,13 +59,15 @@ OPS: Dict[str, CustomOp] = {}
 _OBJECTS: Dict[str, List[CustomOp]] = {}
 
 
-def _needs_dispatcher() -> bool:
+def _needs_dispatcher_function() -> Any:
     """Whether a call of a registered op must go through the dispatcher (tracing, modes,
-    transforms): see ``DISPATCHER_PROBES``."""
-    for probe in DISPATCHER_PROBES:  # noqa: SIM110 (dynamo unrolls any(...) without stopping)
-        if probe():
-            return True
-    return False
+    transforms, profiler, forward AD): ``DISPATCHER_TESTS``, in one generated function."""
+    globals_: Dict[str, Any] = {}
+    source = f"def $function():\n    return {dispatcher_test_source(globals_)}\n"
+    return generated_function(source, globals_, set(), "<compatfn: needs the dispatcher>")
+
+
+_needs_dispatcher = _needs_dispatcher_function()
 
 
 class CustomOp:
@@ -153,8 +164,19 @@ class CustomOp:
         if any_left_out(inputs) or any_left_out(keyword_only.values()):
             return wrong_call(self, inputs, keyword_only, (), {})
         self._check_tensor_arguments(inputs, keyword_only)
-        if self._opoverload is not None and not self._eager_ok(inputs, keyword_only):
-            return self._opoverload(*inputs, **keyword_only)
+        if self._opoverload is not None:
+            if not self._eager_ok(inputs, keyword_only):
+                return self._opoverload(*inputs, **keyword_only)
+            return self._apply(inputs, keyword_only, self._eager_fn)
+        # No operator (See NOTE: [what the dispatcher does around a call]).
+        proxies = torch_function_arguments(self, inputs, keyword_only)
+        if proxies:
+            return torch.overrides.handle_torch_function(self, proxies, *inputs, **keyword_only)
+        if lazy_views(inputs):
+            inputs = resolved(self, inputs)
+        if profiled():
+            with torch.autograd.profiler.record_function(self._qualname):
+                return self._apply(inputs, keyword_only, self._eager_fn)
         return self._apply(inputs, keyword_only, self._eager_fn)
 
     def _short_path_ok(self) -> bool:
@@ -191,8 +213,11 @@ class CustomOp:
         type(self).__call__ = generated_call(self)  # type: ignore[method-assign]
 
     def _eager_ok(self, inputs: tuple, keyword_only: Dict[str, Any]) -> bool:
-        """Whether a call may skip the dispatcher: plain tensors, no tracing, modes, transforms."""
-        if _needs_dispatcher():
+        """Whether a call may skip the dispatcher: plain tensors (no proxies, no lazy conjugate or
+        negative views), no tracing, modes, transforms, profiler or forward AD."""
+        if _needs_dispatcher() or lazy_views(inputs):
+            return False
+        if torch_function_arguments(self, inputs, keyword_only):  # torch.fx proxies
             return False
         for t in tensors_in(inputs):
             if type(t) not in _PLAIN_TENSORS:
@@ -225,6 +250,8 @@ class CustomOp:
             (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
             or (self._opoverload is None and is_tracing())
         ):  # See NOTE: [tracing without a dispatcher]
+            if fn is not self._eager_fn and transforms_active():
+                refuse_transforms(self)
             flat, layout = flatten(inputs)
             output = fn.apply(Call(layout, keyword_only), *flat)
             if fn is self._eager_fn:  # what torch's Autograd kernel returns

@@ -27,6 +27,8 @@ from compatfn.core import (
 __all__ = [
     "CUSTOM_OP_DEF_FIELDS",
     "CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS",
+    "DISPATCHER_TESTS",
+    "HAS_LAZY_CONJ",
     "HAS_LIBRARY",
     "HAS_META_DEVICE",
     "HAS_TAGS",
@@ -248,21 +250,50 @@ dispatch_mode_count: Callable[[], int] = getattr(
     lambda: int(getattr(torch._C, "_get_torch_dispatch_mode", lambda: None)() is not None),
 )
 
-#: What sends a registered op's call through the dispatcher: dynamo, dispatch modes, torch.func
-#: transforms and the TorchScript tracer (which records the op by its name), in the order they
-#: are asked (``is_compiling`` first: under dynamo it
-#: answers before the C probes, which dynamo 2.1 cannot trace), leaving out those this torch
-#: cannot answer True (nothing compiles before torch 2.0).
-DISPATCHER_PROBES: Tuple[Callable[[], Any], ...] = tuple(
-    probe
-    for probe, present in (
-        (_is_compiling, _HAS_IS_COMPILING),
-        (dispatch_mode_count, True),
-        (_transforms_active, _HAS_FUNCTORCH),
-        (is_tracing, True),
+#: Whether a profiler collects (``torch.profiler``, ``torch.autograd.profiler``, the legacy one;
+#: every torch, 1.8 included): the dispatcher records an operator's call by its name, so a
+#: registered op's call then goes through its operator, and a call on the ``function`` tier (no
+#: operator) runs inside a range of that name.
+# Upstream: https://github.com/pytorch/pytorch/blob/v1.8.0/torch/autograd/profiler.py
+profiler_enabled: Callable[[], bool] = getattr(
+    getattr(torch._C, "_autograd", None), "_profiler_enabled", lambda: False
+)
+#: ``Tensor.is_neg`` (torch >= 1.10, with ``is_conj``): lazily conjugated or negated views, which
+#: the dispatcher's fallbacks materialize before an operator's kernel sees them.
+# Upstream: https://github.com/pytorch/pytorch/blob/v1.10.0/aten/src/ATen/ConjugateFallback.cpp
+HAS_LAZY_CONJ = hasattr(torch.Tensor, "is_neg") and hasattr(torch.Tensor, "is_conj")
+
+#: What sends a registered op's call through the dispatcher, as source tests (``{}`` stands for
+#: the object next to it): dynamo, dispatch modes, torch.func transforms, the TorchScript tracer
+#: (which records the op by its name), TorchFunctionModes (torch's OpOverload call hands them the
+#: op), a profiler (it records the op by its name) and forward-mode AD (``dual_level``: torch's
+#: Autograd kernel decides what a tangent becomes), in the order they are asked
+#: (``is_compiling`` first: under dynamo it answers before the C probes, which dynamo 2.1 cannot
+#: trace), leaving out those this torch cannot answer True (nothing compiles before torch 2.0, no
+#: TorchFunctionMode before 1.13).
+DISPATCHER_TESTS: Tuple[Tuple[str, Any], ...] = tuple(
+    (test, probe)
+    for test, probe, present in (
+        ("{}()", _is_compiling, _HAS_IS_COMPILING),
+        ("{}()", dispatch_mode_count, True),
+        ("{}()", _transforms_active, _HAS_FUNCTORCH),
+        ("{}()", is_tracing, True),
+        ("{}()", torch_function_mode_enabled, hasattr(torch._C, "_is_torch_function_mode_enabled")),
+        ("{}()", profiler_enabled, True),
+        ("{}._current_level >= 0", forward_ad, hasattr(forward_ad, "_current_level")),
     )
     if present
 )
+
+
+def dispatcher_test_source(globals_: Dict[str, Any]) -> str:
+    """``DISPATCHER_TESTS`` as one source expression (``$dispatcher_test<i>`` names, which
+    ``globals_`` gets): True where a registered op's call must go through its operator."""
+    tests = []
+    for i, (test, probe) in enumerate(DISPATCHER_TESTS):
+        globals_[f"dispatcher_test{i}"] = probe
+        tests.append(test.format(f"$dispatcher_test{i}"))
+    return " or ".join(tests) or "False"
 
 
 @functools.lru_cache(maxsize=None)
