@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.fx
 
+from compatfn.library import _facts
 from library_support import TIERS, fresh, make
 
 HAS_TORCH_OP = hasattr(getattr(torch, "library", None), "custom_op")
@@ -135,16 +136,33 @@ class _Calls(torch.nn.Module):
         return self.op(y) + 1
 
 
+def _fx_double(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+#: An op defined at the module's top level, by its own name: torch 1.8's fx calls a node's
+#: target by module and name.
+fx_double = make("function", "fx_double")(_fx_double)
+
+
 @pytest.mark.parametrize("tier", TIERS)
 def test_fx_records_one_node(tier):
-    op = _op(tier)
-    graph = torch.fx.symbolic_trace(_Calls(op)).graph
-    calls = [n.target for n in graph.nodes if n.op in ("call_function", "call_method")]
-    expected = {"torch": op._opoverload, "registered": op._opoverload, "function": op}[tier]
+    op = fx_double if tier == "function" else _op(tier)
+    module = torch.fx.symbolic_trace(_Calls(op))
+    calls = [n.target for n in module.graph.nodes if n.op in ("call_function", "call_method")]
+    expected = op if tier == "function" else op._opoverload
     assert calls[0] is expected and len(calls) == 2
-    module = torch.fx.GraphModule(_Calls(op), graph)
-    if tier != "function":  # the function tier's node needs the op importable by its name
-        assert torch.equal(module(torch.ones(2)), torch.full((2,), 3.0))
+    assert torch.equal(module(torch.ones(2)), torch.full((2,), 3.0))
+
+
+def test_fx_without_an_importable_op_where_fx_imports_targets():
+    """Where torch.fx's code imports a node's target by module and name (torch 1.8), an op it
+    cannot import is traced through (its kernel's operations); elsewhere it is one node."""
+    op = _op("function")
+    module = torch.fx.symbolic_trace(_Calls(op))
+    targets = [n.target for n in module.graph.nodes if n.op == "call_function"]
+    assert (op in targets) == _facts.fx_calls_any_target()
+    assert torch.equal(module(torch.ones(2)), torch.full((2,), 3.0))
 
 
 @pytest.mark.skipif(

@@ -15,11 +15,9 @@ from compatfn.library._convert import any_left_out, conversions, wrong_call
 from compatfn.library._facts import (
     BelowAutograd,
     autograd_excluded,
-    dispatcher_test_source,
     is_tracing,
 )
 from compatfn.library._fast_call import generated_call
-from compatfn.library._generated import generated_function
 from compatfn.library._infer_schema import (
     check_given_schema,
     infer_schema,
@@ -34,10 +32,10 @@ from compatfn.library._kernels import (
     tensor_return_count,
 )
 from compatfn.library._no_operator import (
+    call_without_operator,
     lazy_views,
-    profiled,
+    needs_dispatcher,
     refuse_transforms,
-    resolved,
     torch_function_arguments,
     transforms_active,
 )
@@ -57,17 +55,6 @@ _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 OPS: Dict[str, CustomOp] = {}
 #: Every op object made for a qualified name: a new definition makes the older objects follow it.
 _OBJECTS: Dict[str, List[CustomOp]] = {}
-
-
-def _needs_dispatcher_function() -> Any:
-    """Whether a call of a registered op must go through the dispatcher (tracing, modes,
-    transforms, profiler, forward AD): ``DISPATCHER_TESTS``, in one generated function."""
-    globals_: Dict[str, Any] = {}
-    source = f"def $function():\n    return {dispatcher_test_source(globals_)}\n"
-    return generated_function(source, globals_, set(), "<compatfn: needs the dispatcher>")
-
-
-_needs_dispatcher = _needs_dispatcher_function()
 
 
 class CustomOp:
@@ -168,16 +155,7 @@ class CustomOp:
             if not self._eager_ok(inputs, keyword_only):
                 return self._opoverload(*inputs, **keyword_only)
             return self._apply(inputs, keyword_only, self._eager_fn)
-        # No operator (See NOTE: [what the dispatcher does around a call]).
-        proxies = torch_function_arguments(self, inputs, keyword_only)
-        if proxies:
-            return torch.overrides.handle_torch_function(self, proxies, *inputs, **keyword_only)
-        if lazy_views(inputs):
-            inputs = resolved(self, inputs)
-        if profiled():
-            with torch.autograd.profiler.record_function(self._qualname):
-                return self._apply(inputs, keyword_only, self._eager_fn)
-        return self._apply(inputs, keyword_only, self._eager_fn)
+        return call_without_operator(self, inputs, keyword_only)
 
     def _short_path_ok(self) -> bool:
         """Whether the op is simple enough for the short path (See NOTE: [the op's call])."""
@@ -215,7 +193,7 @@ class CustomOp:
     def _eager_ok(self, inputs: tuple, keyword_only: Dict[str, Any]) -> bool:
         """Whether a call may skip the dispatcher: plain tensors (no proxies, no lazy conjugate or
         negative views), no tracing, modes, transforms, profiler or forward AD."""
-        if _needs_dispatcher() or lazy_views(inputs):
+        if needs_dispatcher() or lazy_views(inputs):
             return False
         if torch_function_arguments(self, inputs, keyword_only):  # torch.fx proxies
             return False

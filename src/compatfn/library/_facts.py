@@ -296,6 +296,33 @@ def dispatcher_test_source(globals_: Dict[str, Any]) -> str:
     return " or ".join(tests) or "False"
 
 
+class _NotImportable:
+    """A callable that cannot be imported by its module and name."""
+
+    __name__ = __qualname__ = "_not_importable"
+
+    def __call__(self, x: Any) -> Any:
+        return x
+
+
+@functools.lru_cache(maxsize=None)
+def fx_calls_any_target() -> bool:
+    """Whether the code torch.fx generates for a graph calls a node's target whatever it is
+    (a global of that code) rather than importing it by module and name (torch 1.8, measured:
+    an op defined inside a function cannot be called from a traced module there)."""
+    # Upstream: https://github.com/pytorch/pytorch/blob/v1.8.0/torch/fx/graph.py
+    import torch.fx
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(_NotImportable(), (x,)))
+    try:
+        # forward, not the module's call: this may run while torch.fx traces (which patches it)
+        return bool(torch.fx.GraphModule(torch.nn.Module(), graph).forward(1) == 1)
+    except Exception:
+        return False
+
+
 @functools.lru_cache(maxsize=None)
 def int_type() -> str:
     """``SymInt`` where this torch's schema parser knows it (torch >= 2.0), else ``int``."""

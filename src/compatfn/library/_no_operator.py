@@ -3,19 +3,27 @@ tier: torch < 1.13) and for what only the operator can do on the ``registered`` 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List
+import sys
+from typing import TYPE_CHECKING, Any, Callable, Dict, List
 
 import torch
 
 from compatfn.core import _transforms_active as transforms_active
-from compatfn.library._facts import HAS_LAZY_CONJ, profiler_enabled
+from compatfn.library._facts import (
+    HAS_LAZY_CONJ,
+    dispatcher_test_source,
+    fx_calls_any_target,
+    profiler_enabled,
+)
+from compatfn.library._generated import generated_function
 
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
 
 __all__ = [
+    "call_without_operator",
     "lazy_views",
-    "profiled",
+    "needs_dispatcher",
     "refuse_transforms",
     "resolved",
     "torch_function_arguments",
@@ -79,10 +87,36 @@ def resolved(op: CustomOp, inputs: tuple) -> tuple:
     )
 
 
-def profiled() -> bool:
-    """Whether a profiler collects: a call then runs inside a range named by the op, as the
-    dispatcher records an operator's call."""
-    return bool(profiler_enabled())
+def call_without_operator(op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any]) -> Any:
+    """A general call of an op without an operator (See NOTE: [what the dispatcher does around a
+    call])."""
+    proxies = torch_function_arguments(op, inputs, keyword_only)
+    if proxies and (fx_calls_any_target() or _importable(op)):
+        return torch.overrides.handle_torch_function(op, proxies, *inputs, **keyword_only)
+    if lazy_views(inputs):
+        inputs = resolved(op, inputs)
+    if profiler_enabled():
+        with torch.autograd.profiler.record_function(op._qualname):
+            return op._apply(inputs, keyword_only, op._eager_fn)
+    return op._apply(inputs, keyword_only, op._eager_fn)
+
+
+def _importable(op: CustomOp) -> bool:
+    """Whether ``op`` is what its module has under its name (an op defined at a module's top
+    level): the code torch 1.8's fx generates can call it."""
+    module = sys.modules.get(getattr(op, "__module__", ""), None)
+    return getattr(module, op.__qualname__, None) is op
+
+
+def _needs_dispatcher_function() -> Any:
+    globals_: Dict[str, Any] = {}
+    source = f"def $function():\n    return {dispatcher_test_source(globals_)}\n"
+    return generated_function(source, globals_, set(), "<compatfn: needs the dispatcher>")
+
+
+#: Whether a call of a registered op must go through its operator (tracing, modes, transforms,
+#: profiler, forward AD): ``DISPATCHER_TESTS`` in one generated function.
+needs_dispatcher: Callable[[], bool] = _needs_dispatcher_function()
 
 
 def refuse_transforms(op: CustomOp) -> None:
