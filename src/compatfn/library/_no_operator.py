@@ -38,7 +38,8 @@ __all__ = [
 # and ``CustomOp._eager_ok`` refuse them); an op of the ``function`` tier, which has no operator,
 # does the same itself: the op object is handed to ``__torch_function__`` (the proxy records a
 # node calling the op object), the call runs inside ``record_function(<ns>::<name>)``, and views
-# are resolved (an argument the op mutates cannot be: an error names the op).
+# are resolved where the kernel runs, below autograd (``run_kernel``: an argument the op mutates
+# cannot be, an error names the op).
 
 
 def torch_function_arguments(op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any]) -> List:
@@ -93,8 +94,6 @@ def call_without_operator(op: CustomOp, inputs: tuple, keyword_only: Dict[str, A
     proxies = torch_function_arguments(op, inputs, keyword_only)
     if proxies and (fx_calls_any_target() or _importable(op)):
         return torch.overrides.handle_torch_function(op, proxies, *inputs, **keyword_only)
-    if lazy_views(inputs):
-        inputs = resolved(op, inputs)
     if profiler_enabled():
         with torch.autograd.profiler.record_function(op._qualname):
             return op._apply(inputs, keyword_only, op._eager_fn)
