@@ -6,6 +6,8 @@ registered op defines, called directly."""
 # No ``from __future__ import annotations``: torch 2.4's own custom_op cannot read string
 # annotations.
 
+from typing import List, Optional
+
 import pytest
 import torch
 import torch.fx
@@ -153,6 +155,28 @@ def test_fx_records_one_node(tier):
     expected = op if tier == "function" else op._opoverload
     assert calls[0] is expected and len(calls) == 2
     assert torch.equal(module(torch.ones(2)), torch.full((2,), 3.0))
+
+
+def _cat(xs: List[torch.Tensor], y: Optional[torch.Tensor] = None) -> torch.Tensor:
+    return torch.cat(xs) if y is None else torch.cat(xs) + y.sum()
+
+
+class _CallsCat(torch.nn.Module):
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def forward(self, a, b, c):
+        return self.op([a, b], c)
+
+
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "function"])
+def test_fx_records_one_node_for_proxies_in_lists_and_optional_tensors(tier):
+    op = make(tier, "cat")(_cat)
+    module = torch.fx.symbolic_trace(_CallsCat(op))
+    calls = [n.target for n in module.graph.nodes if n.op in ("call_function", "call_method")]
+    assert calls == [op._opoverload]
+    assert torch.equal(module(torch.ones(1), torch.ones(1), torch.ones(2)), torch.full((2,), 3.0))
 
 
 def test_fx_without_an_importable_op_where_fx_imports_targets():

@@ -195,7 +195,7 @@ class CustomOp:
         negative views), no tracing, modes, transforms, profiler or forward AD."""
         if needs_dispatcher() or lazy_views(inputs):
             return False
-        if torch_function_arguments(self, inputs, keyword_only):  # torch.fx proxies
+        if torch_function_arguments(inputs, keyword_only):  # torch.fx proxies
             return False
         for t in tensors_in(inputs):
             if type(t) not in _PLAIN_TENSORS:

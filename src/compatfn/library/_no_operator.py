@@ -42,15 +42,14 @@ __all__ = [
 # cannot be, an error names the op).
 
 
-def torch_function_arguments(op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any]) -> List:
-    """The arguments of a tensor parameter that are not tensors but take part in
+def torch_function_arguments(inputs: tuple, keyword_only: Dict[str, Any]) -> List:
+    """The arguments (or items of list arguments) that are not tensors but take part in
     ``__torch_function__`` (torch.fx proxies): the operator's call hands them the op."""
     found = []
-    for i, name in op._tensor_params:
-        value = inputs[i] if i < len(inputs) else keyword_only.get(name)
-        plain = value is None or isinstance(value, (torch.Tensor, list, tuple))
-        if not plain and hasattr(value, "__torch_function__"):
-            found.append(value)
+    for value in (*inputs, *keyword_only.values()):
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if not isinstance(v, (torch.Tensor, type)) and hasattr(v, "__torch_function__"):
+                found.append(v)
     return found
 
 
@@ -91,7 +90,7 @@ def resolved(op: CustomOp, inputs: tuple) -> tuple:
 def call_without_operator(op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any]) -> Any:
     """A general call of an op without an operator (See NOTE: [what the dispatcher does around a
     call])."""
-    proxies = torch_function_arguments(op, inputs, keyword_only)
+    proxies = torch_function_arguments(inputs, keyword_only)
     if proxies and (fx_calls_any_target() or _importable(op)):
         return torch.overrides.handle_torch_function(op, proxies, *inputs, **keyword_only)
     if profiler_enabled():
