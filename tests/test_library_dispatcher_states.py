@@ -52,13 +52,19 @@ def _normalised(names, op):
     return [n.replace(namespace, "NS") for n in names if namespace in n]
 
 
+_PROFILERS = {"autograd": torch.autograd.profiler.profile}
+if hasattr(torch.autograd, "profiler_legacy"):  # torch >= 1.9
+    _PROFILERS["legacy"] = torch.autograd.profiler_legacy.profile
+
+
 @pytest.mark.parametrize("tier", TIERS)
-def test_profiler_records_the_op_as_torch_does(tier):
+@pytest.mark.parametrize("profiler", sorted(_PROFILERS))
+def test_profiler_records_the_op_as_torch_does(tier, profiler):
     op = _op(tier)
     reference = _reference(tier, op)
 
     def profiled(fn, name):
-        with torch.autograd.profiler.profile() as prof:
+        with _PROFILERS[profiler]() as prof:
             fn(torch.ones(2))
         return [e.name.replace(name, "NS") for e in prof.function_events if name in e.name]
 

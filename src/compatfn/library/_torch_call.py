@@ -17,11 +17,11 @@ from compatfn.library._facts import (
     BelowAutograd,
     any_autocast_enabled,
     autograd_excluded,
-    autograd_profiler,
     dispatch_mode_count,
     forward_ad,
     is_alias_of,
     is_tracing,
+    profiler_enabled,
     storage_id,
     torch_autograd_backward,
     torch_function_mode_enabled,
@@ -192,10 +192,10 @@ def _probes(opdef: Any, g: Dict[str, Any]) -> List[str]:
     if opdef.__dict__.get("_compatfn_autocast_rule"):  # it runs in the dispatcher
         probes.append(any_autocast_enabled)
     g.update({f"probe{i}": p for i, p in enumerate(probes)})
-    g["autograd_profiler"] = autograd_profiler
+    g["profiler_enabled"] = profiler_enabled
     g["forward_ad"] = forward_ad
     return [f"$probe{i}()" for i in range(len(probes))] + [
-        "$autograd_profiler._is_profiler_enabled",
+        "$profiler_enabled()",  # every profiler, the legacy one included
         "$forward_ad._current_level >= 0",
     ]
 
