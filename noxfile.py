@@ -160,6 +160,18 @@ def docs(session: nox.Session) -> None:
     session.run("pytest", "-q", "tests/test_docs.py", *session.posargs, env=env)
 
 
+_ORACLE_ROW = matrix.row(sessions.CUSTOM_OP_ORACLE)
+
+
+@nox.session(name="custom-op-oracle", python=_ORACLE_ROW.python, default=False)
+def custom_op_oracle(session: nox.Session) -> None:
+    """Record what torch's own custom_op gives the differential oracle's fixed cases (on the torch
+    of ``tools/sessions.py``'s CUSTOM_OP_ORACLE) into tests/data/custom_op_oracle.json, which the
+    rows without torch.library.custom_op compare with."""
+    _install(session, _ORACLE_ROW)
+    session.run("python", str(ROOT / "tests" / "library_oracle.py"), "--record")
+
+
 @nox.session(python=sessions.LINT_PYTHON, default=False)
 def build(session: nox.Session) -> None:
     """Build the sdist and the wheel into dist/ and check them: twine check --strict,

@@ -10,7 +10,9 @@ annotations), ``args`` (how each parameter is passed, and with which value), ``g
 inputs that require grad) and ``context`` (what the call runs under). :func:`outcome` runs a case
 on one op maker and returns everything observable, with the namespace normalised.
 
-Regenerate the stored outcomes of torch's own op (read by the rows without it) on the newest torch::
+Regenerate the stored outcomes of torch's own op (read by the rows without it) with
+``nox -s custom-op-oracle`` (on the torch ``tools/sessions.py`` names), or in an environment
+with that torch::
 
     PYTHONPATH=src:tests python tests/library_oracle.py --record
 """
@@ -76,6 +78,9 @@ CONTEXTS = [
     "anomaly",
     "saved_tensor_hooks",
     "checkpoint",
+    "torch_function_mode",
+    "forward_ad_level",
+    "neg_views",
 ]
 
 
@@ -272,7 +277,8 @@ def _seen(values: tuple) -> List[str]:
     seen = []
     for v in values:
         if isinstance(v, torch.Tensor):
-            seen.append(f"Tensor({v.requires_grad},{v.grad_fn is not None})")
+            lazy = ",lazy" if getattr(v, "is_neg", lambda: False)() or _is_conj(v) else ""
+            seen.append(f"Tensor({v.requires_grad},{v.grad_fn is not None}{lazy})")
         elif isinstance(v, float):
             seen.append(f"float({v!r},{math.copysign(1.0, v)})")
         elif isinstance(v, list):
@@ -283,6 +289,10 @@ def _seen(values: tuple) -> List[str]:
     inference = getattr(torch, "is_inference_mode_enabled", lambda: False)()
     seen.append(f"inference={inference}")
     return seen
+
+
+def _is_conj(t: torch.Tensor) -> bool:
+    return bool(getattr(t, "is_conj", lambda: False)())
 
 
 def _mix(base: torch.Tensor, value: Any) -> torch.Tensor:
@@ -436,6 +446,9 @@ _CONTEXT_NEEDS = {
     "enable_grad_in_inference": ("inference_mode", torch),
     "saved_tensor_hooks": ("graph", torch.autograd),
     "checkpoint": ("graph", torch.autograd),  # use_reentrant=False: torch >= 1.11
+    "torch_function_mode": ("TorchFunctionMode", torch.overrides),  # torch >= 1.13
+    "forward_ad_level": ("forward_ad", torch.autograd),
+    "neg_views": ("_neg_view", torch),  # torch >= 1.10
 }
 
 
@@ -471,8 +484,31 @@ def _context(name: str, events: List[str]) -> Any:
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             yield None
+    elif name == "torch_function_mode":
+
+        class Seen(torch.overrides.TorchFunctionMode):  # type: ignore[misc,name-defined]
+            def __torch_function__(self, func: Any, types: Any, args: Any = (), kw: Any = None):
+                if _NAMESPACE.search(str(func)):  # the op (and a nested op)
+                    events.append(normalise(str(func)))
+                return func(*args, **(kw or {}))
+
+        with Seen():
+            yield None
+    elif name == "forward_ad_level":
+        import torch.autograd.forward_ad as fwAD
+
+        with fwAD.dual_level():
+            yield None
     else:
         yield None
+
+
+def _neg_view(value: Any) -> Any:
+    """``value``, where a tensor, as a lazily negated view with its values (``-value`` viewed
+    negated: gradients reach ``value``)."""
+    if isinstance(value, torch.Tensor):
+        return torch._neg_view(-value)
+    return value
 
 
 _NAMESPACE = re.compile(r"cft\w*?_(torch|ours)\d+")
@@ -525,6 +561,9 @@ def outcome(case: Dict[str, Any], maker: Callable, qualname: str) -> Dict[str, A
     except Exception as e:
         return {"define_error": _error(e)}
     positional, keywords, tensors = _arguments(case)
+    if case["context"] == "neg_views":  # each tensor argument a lazily negated view
+        positional = [_neg_view(v) for v in positional]
+        keywords = {k: _neg_view(v) for k, v in keywords.items()}
     events: List[str] = []
     torch.manual_seed(1)
     output: Any = None
@@ -635,6 +674,13 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
         "inplace_declared", 0, mutates=["x"], context="checkpoint"
     ),
     "a declared mutation with a raising kernel": case("raising", 2, mutates=["x"]),
+    "a TorchFunctionMode sees the op": case(context="torch_function_mode"),
+    "a TorchFunctionMode, input requiring grad": case(
+        "nested", grad=["x"], autograd=True, context="torch_function_mode"
+    ),
+    "a lazily negated view is materialized": case(context="neg_views"),
+    "a lazily negated view requiring grad": case(grad=["x"], autograd=True, context="neg_views"),
+    "inside a forward AD level": case("capture_param", grad=["x"], context="forward_ad_level"),
 }
 
 # --------------------------------------------------------------------------- the stored set

@@ -82,7 +82,30 @@ def compare(case: Dict[str, Any], tier: str) -> None:
     n = next(_count)
     expected = oracle.outcome(case, _theirs, f"cft{_RUN}_torch{n}::op")
     got = oracle.outcome(case, _ours(tier), f"cft{_RUN}_ours{n}::op")
-    assert got == expected, _explain(case, got, expected)
+    _assert_same(case, tier, got, expected)
+
+
+def tier_difference(case: Dict[str, Any], tier: str) -> Any:
+    """Why ``tier`` cannot give torch's outcome for ``case`` on any torch, or None."""
+    if tier == "function" and case["context"] == "torch_function_mode":
+        return "the function tier has no operator: a TorchFunctionMode sees the kernel's calls"
+    if tier == "function" and case["context"] == "neg_views" and case["mutates"]:
+        return (
+            "a mutated lazily negated view: torch's fallback runs the kernel, then fails an "
+            "internal assert; the function tier refuses it before the kernel runs"
+        )
+    return None
+
+
+def _assert_same(case: Dict[str, Any], tier: str, got: Any, expected: Any) -> None:
+    """``got == expected``; where ``tier_difference`` explains why not, they must differ (a
+    strict expected failure)."""
+    reason = tier_difference(case, tier)
+    if reason is None:
+        assert got == expected, _explain(case, got, expected)
+        return
+    assert got != expected, f"no longer different ({reason}): update tier_difference"
+    pytest.xfail(reason)
 
 
 def _explain(case: Dict[str, Any], got: Dict[str, Any], expected: Dict[str, Any]) -> str:
@@ -107,6 +130,7 @@ def _explain(case: Dict[str, Any], got: Dict[str, Any], expected: Dict[str, Any]
 def test_generated_cases_match_torch_custom_op(tier: str, case: Dict[str, Any]) -> None:
     # A difference torch has with itself (See _outputs_convert_by_call_form).
     assume(not (CONVERTS_BY_CALL_FORM and case["outputs"] >= 2 and _by_keyword(case)))
+    assume(tier_difference(case, tier) is None)  # the explicit cases hold those
     compare(case, tier)
 
 
@@ -123,7 +147,8 @@ def _recorded() -> Any:
     return json.loads(oracle.RECORDED.read_text())["rows"]
 
 
-#: Kernels whose outcome, with no input requiring grad, depends on running below autograd.
+#: Kernels whose outcome, with no input requiring grad (or grad mode off), depends on running
+#: below autograd.
 _BELOW_AUTOGRAD = {"autograd_grad", "capture_param_inplace", "return_nonleaf", "return_param_view"}
 
 
@@ -134,8 +159,9 @@ def known_difference(row: Dict[str, Any]) -> Any:
     below = case["kernel"] in _BELOW_AUTOGRAD or (
         case["kernel"] == "capture_param" and case["context"] == "saved_tensor_hooks"
     )
-    runs = row["torch"].get("calls", 1) > 0  # not when the arguments are refused first
-    if BelowAutograd is None and below and runs and not case["grad"]:
+    no_autograd = not case["grad"] or case["context"] == "no_grad"
+    ran = row["torch"].get("calls", 0) > 0  # not when the arguments are refused first
+    if BelowAutograd is None and below and no_autograd and ran:
         return (
             f"torch {torch.__version__} has no below-autograd guard in Python: the kernel's own "
             "operations on captured tensors run with autograd on"
@@ -162,4 +188,4 @@ def test_recorded_case_matches_torch_custom_op(tier: str, index: int) -> None:
     if missing:
         pytest.skip(missing)
     got = oracle.outcome(row["case"], _ours(tier), f"cft{_RUN}_ours{next(_count)}::op")
-    assert got == row["torch"], _explain(row["case"], got, row["torch"])
+    _assert_same(row["case"], tier, got, row["torch"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -224,6 +225,40 @@ def test_older_op_objects_stay_safe_after_many_redefinitions(tier):
             assert torch.equal(op(torch.zeros(1)), torch.full((1,), float(round_)))
     ops[0].register_kernel("cpu", lambda x, scale=1.0: x - 1)
     assert torch.equal(ops[-1](torch.zeros(1)), torch.full((1,), -1.0))
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("how", ["short", "keyword_only", "profiled"])
+def test_a_graph_recorded_before_a_redefinition_keeps_its_formula(tier, how):
+    """Re-running a notebook cell: torch keeps the formula that recorded a graph."""
+    qualname = f"{fresh(tier)}::again"
+    x = torch.ones(2, requires_grad=True)
+    outputs = []
+    for factor in (2.0, 5.0):
+        if how != "keyword_only":
+
+            def fn(x: torch.Tensor) -> torch.Tensor:
+                return x.clone()
+
+        else:
+
+            def fn(x: torch.Tensor, *, k: float = 1.0) -> torch.Tensor:
+                return x.clone()
+
+        op = make(tier, "", qualname=qualname)(fn)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            op.register_autograd(
+                lambda ctx, g, factor=factor: g * factor,
+                setup_context=lambda ctx, inputs, output, **kw: None,
+            )
+        if how == "profiled":  # through the operator, where there is one
+            with torch.autograd.profiler.profile():
+                outputs.append(op(x))
+        else:
+            outputs.append(op(x))
+    grads = [torch.autograd.grad(out.sum(), x)[0].tolist() for out in outputs]
+    assert grads == [[2.0, 2.0], [5.0, 5.0]]
 
 
 @pytest.mark.parametrize("tier", [t for t in TIERS if t == "registered"])

@@ -497,12 +497,14 @@ def test_torch_private_facts_hold():
     assert _facts.TorchCustomOpDef is torch._library.custom_ops.CustomOpDef
     always_applies = TORCH_MINOR < (2, 5)  # measured on 2.4, 2.5, 2.8, 2.15
     assert always_applies == _facts.AUTOGRAD_KERNEL_ALWAYS_APPLIES
-    assert _facts.autograd_profiler._is_profiler_enabled is False
+    assert _facts.profiler_enabled() is False
     assert _facts.is_tracing() is False
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
-        assert _facts.autograd_profiler._is_profiler_enabled is True
+        assert _facts.profiler_enabled() is True
     with torch.autograd.profiler.profile():
-        assert _facts.autograd_profiler._is_profiler_enabled is True
+        assert _facts.profiler_enabled() is True
+    with torch.autograd.profiler_legacy.profile():
+        assert _facts.profiler_enabled() is True
     traced = []
     torch.jit.trace(lambda t: traced.append(_facts.is_tracing()) or t * 2, (torch.ones(1),))
     assert traced[0] is True  # (torch.jit.trace runs it again untraced, to check)

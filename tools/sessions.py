@@ -23,6 +23,12 @@ LEGACY_DEFAULT: Tuple[str, ...] = (ROWS[-1].key,)
 #: The rows with a ``bench-X-Y`` session (the releases the performance targets name).
 BENCH: Tuple[str, ...] = (*DEFAULT[:4], "2.2", ROWS[-1].key)
 
+#: The torch whose own ``torch.library.custom_op`` ``nox -s custom-op-oracle`` records
+#: ``tests/data/custom_op_oracle.json`` from (read by the rows without custom_op): the newest one
+#: whose behaviour compatfn's older tiers follow. torch 2.15 hands a kernel's list, ``None`` or
+#: 1-tuple for a tuple of tensors on as it is in a positional call (measured), which they do not.
+CUSTOM_OP_ORACLE = "2.13"
+
 #: Test requirements installed next to torch in every session (lower bounds live in pyproject's
 #: ``test`` extra; these are the same names, so the extra stays the one place for versions).
 TEST_EXTRA = "test"

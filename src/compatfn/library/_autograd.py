@@ -13,6 +13,7 @@ from compatfn.library._generated import generated_function
 from compatfn.library._kernels import checked_output, run_kernel
 from compatfn.library._registration import below_autograd
 from compatfn.library._utils import (
+    Definition,
     below_autograd_lines,
     distinct_storage_source,
     legacy_function_class,
@@ -69,8 +70,12 @@ def autograd_function(op: CustomOp, dispatched: bool) -> Any:
         else:
             op._setup_context(ctx=ctx, inputs=args, output=output)
 
+    # See Definition: a graph keeps the formula of the definition that recorded it.
+    definition: Any = Definition(op)
+
     def backward(ctx: Any, *grads: Any) -> Any:
-        result = user_backward(op, ctx, (list(grads),) if op._returns_list else grads)
+        grads = (list(grads),) if definition._returns_list else grads
+        result = user_backward(definition, ctx, grads)
         return (None, *regrad(result if isinstance(result, tuple) else (result,), ctx))
 
     # Named at creation: torch names the class's autograd node (``<name>Backward``) then, so the
@@ -129,14 +134,16 @@ def _short_path_backward(op: CustomOp) -> Any:
     """``backward(ctx, *grads)`` of the short path's Function: ``user_backward`` with its count
     of the gradients skipped when they are a tuple of one per input."""
 
+    definition: Any = Definition(op)  # a graph keeps the formula of its definition
+
     def backward(ctx: Any, *grads: Any) -> Any:
-        user = op._backward  # at backward time, as user_backward: a new definition may have come
+        user = definition._backward  # at backward time, as user_backward
         if user is None:
-            return user_backward(op, ctx, grads)
+            return user_backward(definition, ctx, grads)
         result = user(ctx, *grads)
-        if type(result) is tuple and len(result) == len(op._positional):
+        if type(result) is tuple and len(result) == len(definition._positional):
             return result
-        return counted_gradients(op, result)
+        return counted_gradients(definition, result)
 
     return backward
 

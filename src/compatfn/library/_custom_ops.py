@@ -13,7 +13,6 @@ from compatfn.library._autocast import autocast_dtype, call_autocast
 from compatfn.library._autograd import Call, autograd_function
 from compatfn.library._convert import any_left_out, conversions, wrong_call
 from compatfn.library._facts import (
-    DISPATCHER_PROBES,
     BelowAutograd,
     autograd_excluded,
     is_tracing,
@@ -32,6 +31,14 @@ from compatfn.library._kernels import (
     run_kernel,
     tensor_return_count,
 )
+from compatfn.library._no_operator import (
+    call_without_operator,
+    lazy_views,
+    needs_dispatcher,
+    refuse_transforms,
+    torch_function_arguments,
+    transforms_active,
+)
 from compatfn.library._utils import (
     detached,
     device_types_tuple,
@@ -48,15 +55,6 @@ _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 OPS: Dict[str, CustomOp] = {}
 #: Every op object made for a qualified name: a new definition makes the older objects follow it.
 _OBJECTS: Dict[str, List[CustomOp]] = {}
-
-
-def _needs_dispatcher() -> bool:
-    """Whether a call of a registered op must go through the dispatcher (tracing, modes,
-    transforms): see ``DISPATCHER_PROBES``."""
-    for probe in DISPATCHER_PROBES:  # noqa: SIM110 (dynamo unrolls any(...) without stopping)
-        if probe():
-            return True
-    return False
 
 
 class CustomOp:
@@ -153,9 +151,11 @@ class CustomOp:
         if any_left_out(inputs) or any_left_out(keyword_only.values()):
             return wrong_call(self, inputs, keyword_only, (), {})
         self._check_tensor_arguments(inputs, keyword_only)
-        if self._opoverload is not None and not self._eager_ok(inputs, keyword_only):
-            return self._opoverload(*inputs, **keyword_only)
-        return self._apply(inputs, keyword_only, self._eager_fn)
+        if self._opoverload is not None:
+            if not self._eager_ok(inputs, keyword_only):
+                return self._opoverload(*inputs, **keyword_only)
+            return self._apply(inputs, keyword_only, self._eager_fn)
+        return call_without_operator(self, inputs, keyword_only)
 
     def _short_path_ok(self) -> bool:
         """Whether the op is simple enough for the short path (See NOTE: [the op's call])."""
@@ -191,8 +191,11 @@ class CustomOp:
         type(self).__call__ = generated_call(self)  # type: ignore[method-assign]
 
     def _eager_ok(self, inputs: tuple, keyword_only: Dict[str, Any]) -> bool:
-        """Whether a call may skip the dispatcher: plain tensors, no tracing, modes, transforms."""
-        if _needs_dispatcher():
+        """Whether a call may skip the dispatcher: plain tensors (no proxies, no lazy conjugate or
+        negative views), no tracing, modes, transforms, profiler or forward AD."""
+        if needs_dispatcher() or lazy_views(inputs):
+            return False
+        if torch_function_arguments(inputs, keyword_only):  # torch.fx proxies
             return False
         for t in tensors_in(inputs):
             if type(t) not in _PLAIN_TENSORS:
@@ -225,6 +228,8 @@ class CustomOp:
             (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
             or (self._opoverload is None and is_tracing())
         ):  # See NOTE: [tracing without a dispatcher]
+            if fn is not self._eager_fn and transforms_active():
+                refuse_transforms(self)
             flat, layout = flatten(inputs)
             output = fn.apply(Call(layout, keyword_only), *flat)
             if fn is self._eager_fn:  # what torch's Autograd kernel returns

@@ -27,8 +27,10 @@ from compatfn.core import (
 __all__ = [
     "CUSTOM_OP_DEF_FIELDS",
     "CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS",
+    "DISPATCHER_TESTS",
     "HAS_INFERENCE_MODE",
     "HAS_IS_INFERENCE",
+    "HAS_LAZY_CONJ",
     "HAS_LIBRARY",
     "HAS_META_DEVICE",
     "HAS_TAGS",
@@ -168,12 +170,6 @@ def torch_autograd_backward(opdef: Any) -> Callable:
     return generated.__dict__["backward"].__func__  # the function its staticmethod holds
 
 
-#: ``torch.autograd.profiler``, whose ``_is_profiler_enabled`` is True while a profiler collects
-#: (``torch.profiler.profile``, ``torch.autograd.profiler.profile``): a custom op's call then goes
-#: through the dispatcher, which records it by its name. torch's own hot paths read this flag
-#: (dynamo, inductor); an attribute read costs less than ``torch._C._autograd._profiler_enabled``.
-# Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/autograd/profiler.py
-autograd_profiler: Any = getattr(getattr(torch, "autograd", None), "profiler", None)
 #: torch's forward-mode AD module: inside ``dual_level()`` its ``_current_level`` is 0 or more
 #: (-1 outside; torch 2.4-2.15 measured). A custom op's call then goes through the dispatcher,
 #: where torch's autograd kernel has no forward-mode formula (the output carries no tangent).
@@ -258,21 +254,78 @@ dispatch_mode_count: Callable[[], int] = getattr(
     lambda: int(getattr(torch._C, "_get_torch_dispatch_mode", lambda: None)() is not None),
 )
 
-#: What sends a registered op's call through the dispatcher: dynamo, dispatch modes, torch.func
-#: transforms and the TorchScript tracer (which records the op by its name), in the order they
-#: are asked (``is_compiling`` first: under dynamo it
-#: answers before the C probes, which dynamo 2.1 cannot trace), leaving out those this torch
-#: cannot answer True (nothing compiles before torch 2.0).
-DISPATCHER_PROBES: Tuple[Callable[[], Any], ...] = tuple(
-    probe
-    for probe, present in (
-        (_is_compiling, _HAS_IS_COMPILING),
-        (dispatch_mode_count, True),
-        (_transforms_active, _HAS_FUNCTORCH),
-        (is_tracing, True),
+#: Whether a profiler collects (``torch.profiler``, ``torch.autograd.profiler``, the legacy one;
+#: every torch, 1.8 included): the dispatcher records an operator's call by its name, so a call
+#: of an op with an operator then goes through it, and a call on the ``function`` tier (no
+#: operator) runs inside a range of that name. ``torch.autograd.profiler._is_profiler_enabled``
+#: (cheaper to read) stays False under ``torch.autograd.profiler_legacy`` (measured on 2.13).
+# Upstream: https://github.com/pytorch/pytorch/blob/v1.8.0/torch/autograd/profiler.py
+profiler_enabled: Callable[[], bool] = getattr(
+    getattr(torch._C, "_autograd", None), "_profiler_enabled", lambda: False
+)
+#: ``Tensor.is_neg`` (torch >= 1.10, with ``is_conj``): lazily conjugated or negated views, which
+#: the dispatcher's fallbacks materialize before an operator's kernel sees them.
+# Upstream: https://github.com/pytorch/pytorch/blob/v1.10.0/aten/src/ATen/ConjugateFallback.cpp
+HAS_LAZY_CONJ = hasattr(torch.Tensor, "is_neg") and hasattr(torch.Tensor, "is_conj")
+
+#: What sends a registered op's call through the dispatcher, as source tests (``{}`` stands for
+#: the object next to it): dynamo, dispatch modes, torch.func transforms, the TorchScript tracer
+#: (which records the op by its name), TorchFunctionModes (torch's OpOverload call hands them the
+#: op), a profiler (it records the op by its name) and forward-mode AD (``dual_level``: torch's
+#: Autograd kernel decides what a tangent becomes), in the order they are asked
+#: (``is_compiling`` first: under dynamo it answers before the C probes, which dynamo 2.1 cannot
+#: trace), leaving out those this torch cannot answer True (nothing compiles before torch 2.0, no
+#: TorchFunctionMode before 1.13).
+DISPATCHER_TESTS: Tuple[Tuple[str, Any], ...] = tuple(
+    (test, probe)
+    for test, probe, present in (
+        ("{}()", _is_compiling, _HAS_IS_COMPILING),
+        ("{}()", dispatch_mode_count, True),
+        ("{}()", _transforms_active, _HAS_FUNCTORCH),
+        ("{}()", is_tracing, True),
+        ("{}()", torch_function_mode_enabled, hasattr(torch._C, "_is_torch_function_mode_enabled")),
+        ("{}()", profiler_enabled, True),
+        ("{}._current_level >= 0", forward_ad, hasattr(forward_ad, "_current_level")),
     )
     if present
 )
+
+
+def dispatcher_test_source(globals_: Dict[str, Any]) -> str:
+    """``DISPATCHER_TESTS`` as one source expression (``$dispatcher_test<i>`` names, which
+    ``globals_`` gets): True where a registered op's call must go through its operator."""
+    tests = []
+    for i, (test, probe) in enumerate(DISPATCHER_TESTS):
+        globals_[f"dispatcher_test{i}"] = probe
+        tests.append(test.format(f"$dispatcher_test{i}"))
+    return " or ".join(tests) or "False"
+
+
+class _NotImportable:
+    """A callable that cannot be imported by its module and name."""
+
+    __name__ = __qualname__ = "_not_importable"
+
+    def __call__(self, x: Any) -> Any:
+        return x
+
+
+@functools.lru_cache(maxsize=None)
+def fx_calls_any_target() -> bool:
+    """Whether the code torch.fx generates for a graph calls a node's target whatever it is
+    (a global of that code) rather than importing it by module and name (torch 1.8, measured:
+    an op defined inside a function cannot be called from a traced module there)."""
+    # Upstream: https://github.com/pytorch/pytorch/blob/v1.8.0/torch/fx/graph.py
+    import torch.fx
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(_NotImportable(), (x,)))
+    try:
+        # forward, not the module's call: this may run while torch.fx traces (which patches it)
+        return bool(torch.fx.GraphModule(torch.nn.Module(), graph).forward(1) == 1)
+    except Exception:
+        return False
 
 
 @functools.lru_cache(maxsize=None)

@@ -11,14 +11,16 @@ from compatfn.library._autograd import simple_function
 from compatfn.library._convert import MISSING, wrong_call
 from compatfn.library._facts import (
     C_APPLY,
-    DISPATCHER_PROBES,
     HAS_INFERENCE_MODE,
     HAS_IS_INFERENCE,
+    HAS_LAZY_CONJ,
     HAS_META_DEVICE,
     BelowAutograd,
     autograd_excluded,
+    dispatcher_test_source,
     is_alias_of,
     is_tracing,
+    profiler_enabled,
     storage_id,
 )
 from compatfn.library._generated import generated_function
@@ -41,14 +43,15 @@ __all__ = ["generated_call"]
 # converted as the dispatcher converts them (``_convert``), after one ``type(x) is float`` test
 # each. A simple op (one kernel, no mutation, no lists or optional tensors, no keyword-only
 # parameters, tensor outputs) takes the short path when its tensor arguments are plain tensors, none
-# on the meta device (those get the fake kernel or torch's error), and, for a registered op, nothing
-# needs the dispatcher (tracing, dispatch modes, transforms): the kernel runs directly or, when an
+# on the meta device (those get the fake kernel or torch's error) or a lazily conjugated or negated
+# view, no profiler collects, and, for a registered op, nothing needs the dispatcher (tracing,
+# dispatch modes, transforms, TorchFunctionModes, forward AD): the kernel runs directly or, when an
 # input requires grad, through torch's C-level apply of a legacy-form Function
 # (``simple_function``). Every other call (tensor subclasses, torch.fx proxies, wrong argument types
 # included) goes to ``CustomOp._general_call``. Both keep torch's aliasing rule: a single output
 # whose storage differs from every tensor argument's passes at once, anything else gets the full
 # check. Each check is written only where it can fail: no dispatcher probes on the ``function`` tier
-# or for what a torch lacks (``DISPATCHER_PROBES``), no meta test without a meta device.
+# or for what a torch lacks (``DISPATCHER_TESTS``), no meta test without a meta device.
 
 
 # NOTE: [tracing without a dispatcher]
@@ -74,18 +77,20 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     globals_["checked_output"] = checked_output
     plain: List[str] = []
     tensors = [n for _, n in op._tensor_params]
-    if op._opoverload is not None:  # tracing, modes and transforms need the dispatcher
-        for i, probe in enumerate(DISPATCHER_PROBES):
-            globals_[f"probe{i}"] = probe
+    if op._opoverload is not None:  # tracing, modes, transforms, profiler need the dispatcher
         # First: dynamo 2.1 cannot trace type(tensor).
-        probes = " or ".join(f"$probe{i}()" for i in range(len(DISPATCHER_PROBES)))
-        plain.append(f"not ({probes})")
+        plain.append(f"not ({dispatcher_test_source(globals_)})")
     else:  # See NOTE: [tracing without a dispatcher]: asked only where no input requires grad
         globals_["is_tracing"] = is_tracing
+        # See NOTE: [what the dispatcher does around a call]
+        globals_["profiler_enabled"] = profiler_enabled
+        plain.append("not $profiler_enabled()")
     # Tensor subclasses, torch.fx proxies and wrong arguments take the general path.
     plain += [f"($type({t}) is $Tensor or $type({t}) is $Parameter)" for t in tensors]
     if HAS_META_DEVICE:  # meta tensors get the fake kernel, or torch's error
         plain += [f"not {t}.is_meta" for t in tensors]
+    if HAS_LAZY_CONJ:  # the dispatcher's fallbacks materialize these first
+        plain += [f"not ({t}.is_conj() or {t}.is_neg())" for t in tensors]
     distinct = distinct_storage_source(
         "$out", tensors, {"storage_id": "$storage_id", "alias_of": "$alias_of"}
     )

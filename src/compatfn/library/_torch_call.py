@@ -17,11 +17,11 @@ from compatfn.library._facts import (
     BelowAutograd,
     any_autocast_enabled,
     autograd_excluded,
-    autograd_profiler,
     dispatch_mode_count,
     forward_ad,
     is_alias_of,
     is_tracing,
+    profiler_enabled,
     storage_id,
     torch_autograd_backward,
     torch_function_mode_enabled,
@@ -29,7 +29,11 @@ from compatfn.library._facts import (
 from compatfn.library._generated import generated_function
 from compatfn.library._infer_schema import _resolve
 from compatfn.library._torch_replay import Replay, checked_output, replayed, verified
-from compatfn.library._utils import distinct_storage_source, legacy_function_class
+from compatfn.library._utils import (
+    Definition,
+    distinct_storage_source,
+    legacy_function_class,
+)
 
 __all__ = ["generated_call"]
 
@@ -169,7 +173,9 @@ def _autograd_class(
     )
     overload = opdef._opoverload
     name = f"GeneratedBackwardFor_{overload._namespace}_{overload._opname}_{overload._overloadname}"
-    return legacy_function_class(name, forward, torch_autograd_backward(opdef), __name__)
+    # See Definition: a graph keeps the formula of the definition that recorded it.
+    backward = torch_autograd_backward(Definition(opdef))
+    return legacy_function_class(name, forward, backward, __name__)
 
 
 def _probes(opdef: Any, g: Dict[str, Any]) -> List[str]:
@@ -186,10 +192,10 @@ def _probes(opdef: Any, g: Dict[str, Any]) -> List[str]:
     if opdef.__dict__.get("_compatfn_autocast_rule"):  # it runs in the dispatcher
         probes.append(any_autocast_enabled)
     g.update({f"probe{i}": p for i, p in enumerate(probes)})
-    g["autograd_profiler"] = autograd_profiler
+    g["profiler_enabled"] = profiler_enabled
     g["forward_ad"] = forward_ad
     return [f"$probe{i}()" for i in range(len(probes))] + [
-        "$autograd_profiler._is_profiler_enabled",
+        "$profiler_enabled()",  # every profiler, the legacy one included
         "$forward_ad._current_level >= 0",
     ]
 

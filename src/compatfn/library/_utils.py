@@ -230,3 +230,18 @@ def below_autograd_lines(assignment: str, globals_: Dict[str, Any]) -> List[str]
     # torch 1.13-2.0: a guard object, active while alive.
     globals_.setdefault("guard", None)
     return ["$guard = $below()", "try:", f"    {assignment}", "finally:", "    del $guard"]
+
+
+class Definition:
+    """The state of one definition of an op, as its graphs read it in backward.
+
+    Defining a name again makes every older op object of that name follow the newest definition
+    (their ``__dict__`` becomes the newest one's), but a graph recorded before backpropagates with
+    the formula of the definition that recorded it, as torch's own op does: an autograd Function
+    reads its formula through a ``Definition`` sharing the state of its definition, which no
+    redefinition rebinds (a registration made through an op object of that definition still
+    shows).
+    """
+
+    def __init__(self, op: Any) -> None:
+        self.__dict__ = op.__dict__

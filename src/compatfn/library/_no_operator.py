@@ -1,0 +1,129 @@
+"""What the dispatcher does around an operator's call, for ops without one (the ``function``
+tier: torch < 1.13) and for what only the operator can do on the ``registered`` tier."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any, Callable, Dict, List
+
+import torch
+
+from compatfn.core import _transforms_active as transforms_active
+from compatfn.library._facts import (
+    HAS_LAZY_CONJ,
+    dispatcher_test_source,
+    fx_calls_any_target,
+    profiler_enabled,
+)
+from compatfn.library._generated import generated_function
+
+if TYPE_CHECKING:
+    from compatfn.library._custom_ops import CustomOp
+
+__all__ = [
+    "call_without_operator",
+    "lazy_views",
+    "needs_dispatcher",
+    "refuse_transforms",
+    "resolved",
+    "torch_function_arguments",
+    "transforms_active",
+]
+
+# NOTE: [what the dispatcher does around a call]
+# An operator's call is more than its kernels: torch.fx proxies (and other objects taking part in
+# ``__torch_function__``) get the operator handed to them, so a trace records one node; a profiler
+# records the call by the operator's name; lazily conjugated or negated views are materialized
+# before a kernel sees them. A registered op sends such calls to its operator (its short path
+# and ``CustomOp._eager_ok`` refuse them); an op of the ``function`` tier, which has no operator,
+# does the same itself: the op object is handed to ``__torch_function__`` (the proxy records a
+# node calling the op object), the call runs inside ``record_function(<ns>::<name>)``, and views
+# are resolved where the kernel runs, below autograd (``run_kernel``: an argument the op mutates
+# cannot be, an error names the op).
+
+
+def torch_function_arguments(inputs: tuple, keyword_only: Dict[str, Any]) -> List:
+    """The arguments (or items of list arguments) that are not tensors but take part in
+    ``__torch_function__`` (torch.fx proxies): the operator's call hands them the op."""
+    found = []
+    for value in (*inputs, *keyword_only.values()):
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if not isinstance(v, (torch.Tensor, type)) and hasattr(v, "__torch_function__"):
+                found.append(v)
+    return found
+
+
+def lazy_views(inputs: tuple) -> bool:
+    """Whether a tensor argument is a lazily conjugated or negated view (torch >= 1.10), which the
+    dispatcher's fallbacks materialize before the kernel runs."""
+    if not HAS_LAZY_CONJ:
+        return False
+    return any(
+        isinstance(t, torch.Tensor) and (t.is_conj() or t.is_neg())
+        for v in inputs
+        for t in (v if isinstance(v, (list, tuple)) else (v,))
+    )
+
+
+def resolved(op: CustomOp, inputs: tuple) -> tuple:
+    """``inputs`` with each lazily conjugated or negated tensor materialized, as the dispatcher's
+    fallbacks hand them to a kernel (an argument the op mutates is refused: the fallback cannot
+    write the kernel's change back through the view)."""
+
+    def one(i: int, t: Any) -> Any:
+        if not isinstance(t, torch.Tensor) or not (t.is_conj() or t.is_neg()):
+            return t
+        if i in op._mutated:
+            raise RuntimeError(
+                f"{op._qualname}: argument {op._positional[i]!r} is a lazily conjugated or "
+                "negated view, which an operator cannot mutate; call resolve_conj() and "
+                "resolve_neg() on it first"
+            )
+        return t.resolve_conj().resolve_neg()
+
+    return tuple(
+        type(v)(one(i, t) for t in v) if isinstance(v, (list, tuple)) else one(i, v)
+        for i, v in enumerate(inputs)
+    )
+
+
+def call_without_operator(op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any]) -> Any:
+    """A general call of an op without an operator (See NOTE: [what the dispatcher does around a
+    call])."""
+    proxies = torch_function_arguments(inputs, keyword_only)
+    if proxies and (fx_calls_any_target() or _importable(op)):
+        return torch.overrides.handle_torch_function(op, proxies, *inputs, **keyword_only)
+    if profiler_enabled():
+        with torch.autograd.profiler.record_function(op._qualname):
+            return op._apply(inputs, keyword_only, op._eager_fn)
+    return op._apply(inputs, keyword_only, op._eager_fn)
+
+
+def _importable(op: CustomOp) -> bool:
+    """Whether ``op`` is what its module has under its name (an op defined at a module's top
+    level): the code torch 1.8's fx generates can call it."""
+    module = sys.modules.get(getattr(op, "__module__", ""), None)
+    return getattr(module, op.__qualname__, None) is op
+
+
+def _needs_dispatcher_function() -> Any:
+    globals_: Dict[str, Any] = {}
+    source = f"def $function():\n    return {dispatcher_test_source(globals_)}\n"
+    return generated_function(source, globals_, set(), "<compatfn: needs the dispatcher>")
+
+
+#: Whether a call of a registered op must go through its operator (tracing, modes, transforms,
+#: profiler, forward AD): ``DISPATCHER_TESTS`` in one generated function.
+needs_dispatcher: Callable[[], bool] = _needs_dispatcher_function()
+
+
+def refuse_transforms(op: CustomOp) -> None:
+    """Raise: a registered op's Autograd kernel cannot run its autograd Function inside torch.func
+    transforms (torch < 2.4 has no rule for an autograd.Function below the transforms' autograd
+    layer: an assertion or a missing kernel of ``custom_function_call``, measured on 2.1 and
+    2.15). ``vmap`` and ``jvp`` of calls with no input requiring grad do not get here."""
+    raise RuntimeError(
+        f"{op._qualname}: torch {torch.__version__} cannot differentiate this custom operator "
+        "inside torch.func transforms (grad, vjp, jacrev, ...): torch.func differentiates custom "
+        "operators from torch 2.4. Differentiate it with torch.autograd.grad instead."
+    )
