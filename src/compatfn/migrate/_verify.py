@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
 from ._command import python_files
+from ._layout import line_length_for
 from ._rewrite import DEFAULT_DECORATOR, migrate_source
 
 IGNORED = shutil.ignore_patterns(
@@ -35,8 +36,10 @@ def _copy(root: Path, target: Path) -> None:
 def _migrate_copy(copy: Path, paths: Sequence[Path], decorator: str) -> Dict[str, List[str]]:
     """Migrate the files of ``paths`` inside ``copy``; {file: migrated class names}."""
     migrated: Dict[str, List[str]] = {}
+    lengths: Dict[Path, int] = {}
     for path in python_files([copy / p for p in paths]):
-        result = migrate_source(path.read_bytes(), path.as_posix(), decorator)
+        length = line_length_for(path, lengths)
+        result = migrate_source(path.read_bytes(), path.as_posix(), decorator, length)
         if result.migrated:
             path.write_bytes(result.new_bytes())
             migrated[path.relative_to(copy).as_posix()] = list(result.migrated)
