@@ -92,3 +92,68 @@ def test_verify_runs_the_command_on_both_trees_and_compares_every_call(tmp_path)
     assert done.returncode == 0, done.stderr
     assert "lib/ops.py: lib.ops.Square: 2 calls, 2 identical: identical" in done.stdout
     assert (cwd / "lib" / "ops.py").read_text() == LEGACY_SQUARE  # the tree is left as it was
+
+
+SLEEPER = """\
+import pathlib, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+pathlib.Path(sys.argv[1]).write_text(str(child.pid))
+time.sleep(120)
+"""
+
+
+def _gone(pid: int, within: float = 10.0) -> bool:
+    import os
+    import time
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        with open(f"/proc/{pid}/stat") as stat:  # reaped by init soon: a zombie counts as gone
+            if stat.read().split(") ", 1)[1].startswith("Z"):
+                return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc to see a process gone")
+def test_a_test_command_past_verify_timeout_is_stopped_with_what_it_started(
+    tmp_path, monkeypatch, capsys
+):
+    import sys
+    import time
+
+    from compatfn.migrate._verify import verify
+
+    (tmp_path / "project").mkdir()
+    cwd = _project(tmp_path / "project")
+    (cwd / "sleeper.py").write_text(SLEEPER)
+    pid_file = tmp_path / "grandchild.pid"
+    monkeypatch.chdir(cwd)
+    start = time.monotonic()
+    status = verify([Path("lib")], [sys.executable, "sleeper.py", str(pid_file)], timeout=3)
+    assert status == 2 and time.monotonic() - start < 60
+    err = capsys.readouterr().err
+    assert "error: the test command ran past --verify-timeout 3 s on the original tree" in err
+    assert "Traceback" not in err
+    assert _gone(int(pid_file.read_text()))  # the process it started is stopped too
+
+
+def test_verify_timeout_and_a_command_that_cannot_start_are_one_line_errors(tmp_path):
+    import sys
+
+    cwd = _project(tmp_path)
+    sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
+    done = migrate_cli("lib", "--verify-timeout", "2", "--verify", *sleep, cwd=cwd)
+    assert done.returncode == 2
+    assert "ran past --verify-timeout 2 s on the original tree and was stopped" in done.stderr
+    assert "Traceback" not in done.stderr
+    done = migrate_cli("lib", "--verify", "no-such-test-command-here", cwd=cwd)
+    assert done.returncode == 2
+    assert "error: cannot run the test command 'no-such-test-command-here'" in done.stderr
+    assert "Traceback" not in done.stderr
+    done = migrate_cli("lib", "--verify-timeout", "-1", "--verify", *sleep, cwd=cwd)
+    assert done.returncode == 2 and "is not a number of seconds" in done.stderr

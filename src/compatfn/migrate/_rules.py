@@ -80,7 +80,8 @@ EXIT_STATUS = """\
 Exit status: 0 done (refusals included, unless --strict); 1 with --check when a file would
 change, with --strict when a class is refused, with --verify when a call differs, or a file that
 cannot be written; 2 a usage error
-(missing path, a file that cannot be read or parsed, libcst not installed). Each file is
+(missing path, a file that cannot be read or parsed, libcst not installed), or a --verify test
+command that cannot start or runs past --verify-timeout (3600 s unless set). Each file is
 handled on its own: one that fails is reported and the run goes on; --write replaces a file in
 one step, so none is ever half-written.
 """

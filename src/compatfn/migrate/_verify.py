@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
+from ._cli import DEFAULT_VERIFY_TIMEOUT
 from ._command import python_files
 from ._layout import line_length_for
 from ._rewrite import DEFAULT_DECORATOR, migrate_source
@@ -46,8 +48,32 @@ def _migrate_copy(copy: Path, paths: Sequence[Path], decorator: str) -> Dict[str
     return migrated
 
 
-def _run(copy: Path, command: Sequence[str], classes: Dict[str, List[str]], out: Path) -> int:
-    """Run ``command`` in ``copy`` with the recorder first on PYTHONPATH; its exit status."""
+class CommandFailed(Exception):
+    """The test command could not be started or ran past the time limit: a one-line message."""
+
+
+def _end(process: subprocess.Popen[bytes]) -> None:
+    """Kill ``process`` and what it started (its process group on POSIX) and reap it."""
+    try:
+        if os.name == "posix":
+            os.killpg(process.pid, signal.SIGKILL)
+        else:
+            process.kill()
+    except OSError:
+        pass  # already gone
+    process.wait()
+
+
+def _run(
+    copy: Path,
+    command: Sequence[str],
+    classes: Dict[str, List[str]],
+    out: Path,
+    timeout: float = DEFAULT_VERIFY_TIMEOUT,
+) -> int:
+    """Run ``command`` in ``copy`` with the recorder first on PYTHONPATH; its exit status.
+    Raises :class:`CommandFailed` when it cannot start or runs past ``timeout`` seconds (0: no
+    limit), after killing it and the processes it started."""
     hook = out / "hook"
     hook.mkdir(parents=True)
     shutil.copy(Path(__file__).with_name("_recorder.py"), hook / "sitecustomize.py")
@@ -59,7 +85,26 @@ def _run(copy: Path, command: Sequence[str], classes: Dict[str, List[str]], out:
         "COMPATFN_VERIFY_CLASSES": json.dumps({str(copy / f): n for f, n in classes.items()}),
         "COMPATFN_VERIFY_OUT": str(out),
     }
-    return subprocess.call(list(command), cwd=copy, env=env)
+    try:
+        process = subprocess.Popen(
+            list(command), cwd=copy, env=env, start_new_session=os.name == "posix"
+        )
+    except OSError as error:
+        raise CommandFailed(
+            f"cannot run the test command {command[0]!r}: {error.strerror or error}"
+        ) from None
+    try:
+        return process.wait(timeout=timeout or None)
+    except subprocess.TimeoutExpired:
+        _end(process)
+        raise CommandFailed(
+            f"the test command ran past --verify-timeout {timeout:g} s on the {copy.parent.name} "
+            "tree and was stopped; give it more time (--verify-timeout SECONDS, 0 for no "
+            "limit) or a smaller test command"
+        ) from None
+    except BaseException:  # Ctrl-C: its process group does not get the terminal's signal
+        _end(process)
+        raise
 
 
 def _load_calls(out: Path) -> Dict[str, List[Dict[str, Any]]]:
@@ -110,9 +155,21 @@ def compare_calls(
 
 
 def verify(
-    paths: Sequence[Path], command: Sequence[str], decorator: str = DEFAULT_DECORATOR
+    paths: Sequence[Path],
+    command: Sequence[str],
+    decorator: str = DEFAULT_DECORATOR,
+    timeout: float = DEFAULT_VERIFY_TIMEOUT,
 ) -> int:
-    """The ``--verify`` command; exit status 0 when every call was identical, 1 otherwise."""
+    """The ``--verify`` command; exit status 0 when every call was identical, 1 otherwise, 2
+    when the test command cannot start or runs past ``timeout`` seconds on a tree (0: none)."""
+    try:
+        return _verify(paths, command, decorator, timeout)
+    except CommandFailed as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _verify(paths: Sequence[Path], command: Sequence[str], decorator: str, timeout: float) -> int:
     root = Path.cwd()
     with tempfile.TemporaryDirectory(prefix="compatfn-verify-") as scratch:
         base = Path(scratch)
@@ -125,9 +182,9 @@ def verify(
             print("verify: nothing to migrate, nothing to compare", file=sys.stderr)
             return 0
         print(f"verify: running {' '.join(command)} on the original tree", file=sys.stderr)
-        status_o = _run(original, command, classes, base / "calls-original")
+        status_o = _run(original, command, classes, base / "calls-original", timeout)
         print(f"verify: running {' '.join(command)} on the migrated tree", file=sys.stderr)
-        status_m = _run(migrated, command, classes, base / "calls-migrated")
+        status_m = _run(migrated, command, classes, base / "calls-migrated", timeout)
         calls_o = _load_calls(base / "calls-original")
         calls_m = _load_calls(base / "calls-migrated")
     return report(classes, calls_o, calls_m, status_o, status_m)
