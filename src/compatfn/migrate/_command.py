@@ -149,7 +149,8 @@ def run(
     """The ``migrate`` command: ``mode`` is ``diff``, ``write`` or ``check``; returns the exit
     status (see :data:`compatfn.migrate.rules.EXIT_STATUS`).
 
-    Diffs go to stdout, refusals (``path:line: Class: reason``) and errors to stderr, and a last
+    Diffs go to stdout, refusals (``path:line: Class: reason``), notes on migrated classes
+    (``path:line: Class: note: ...``) and errors to stderr, and a last
     line to stderr counts migrated and refused classes. Each file is handled on its own: one that
     fails is reported and the others go on.
 
@@ -172,7 +173,7 @@ def run(
             print(result, file=sys.stderr)
             unreadable = True
             continue
-        for refusal in result.refusals:
+        for refusal in [*result.refusals, *result.notes]:
             print(refusal, file=sys.stderr)
         migrated += len(result.migrated)
         refused += len(result.refusals)

@@ -52,6 +52,8 @@ class Result:
     migrated: List[str] = field(default_factory=list)
     refusals: List[Refusal] = field(default_factory=list)
     encoding: str = "utf-8"
+    #: What a migrated class does differently from the original, printed as refusals are.
+    notes: List[Refusal] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -196,6 +198,8 @@ def migrate_source(
             result.refusals.append(Refusal(path, line, plan.name, plan.refusal.reason))
         elif plan.decorate:
             result.migrated.append(plan.name)
+            line = positions[plan.node].start.line  # type: ignore[index]
+            result.notes += [Refusal(path, line, plan.name, note) for note in plan.notes]
     if not new:
         return result
     unfaithful = _first_unkept_line(old, module.code)
@@ -212,7 +216,7 @@ def migrate_source(
                         "left unchanged; remove what is unusual on that line to let it through",
                     )
                 )
-        result.migrated = []
+        result.migrated, result.notes = [], []
         return result
     module = add_import(module.visit(ReplaceClasses(new)), planner.import_module, planner.api, path)
     result.new_source = _wrapped(old, module.code, line_length)

@@ -39,7 +39,8 @@ or from such a class in the same file) whose forward takes ctx:
     moves after it; @torch.no_grad()/enable_grad() and @torch.jit.ignore/unused on forward
     stay; a backward without
     @staticmethod gets it; an input returned as it is and saved is returned as x.view_as(x)
-    (torch 2.x requires it);
+    (torch 2.x requires it), which under torch.no_grad() requires grad where the original's
+    output did not: a note on stderr (`path:line: Class: note: ...`) says so;
   - an if block made only of ctx statements that reads the random state (torch.get_rng_state,
     torch.cuda.get_rng_state, get_device_states, random.getstate, numpy's get_state) reads it
     in forward, at the same place and under the same conditions, into names forward hands
