@@ -157,3 +157,25 @@ def test_verify_timeout_and_a_command_that_cannot_start_are_one_line_errors(tmp_
     assert "Traceback" not in done.stderr
     done = migrate_cli("lib", "--verify-timeout", "-1", "--verify", *sleep, cwd=cwd)
     assert done.returncode == 2 and "is not a number of seconds" in done.stderr
+
+
+def test_a_test_command_run_from_a_relative_virtual_environment_is_found(tmp_path, capsys):
+    import os
+    import stat
+    import sys
+
+    from compatfn.migrate._verify import verify
+
+    cwd = _project(tmp_path)
+    program = cwd / ".venv" / "bin" / "python"  # left out of the copies the command runs in
+    program.parent.mkdir(parents=True)
+    program.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    program.chmod(program.stat().st_mode | stat.S_IXUSR)
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        status = verify([Path("lib")], [os.path.join(".venv", "bin", "python"), "check.py"])
+    finally:
+        os.chdir(old)
+    out = capsys.readouterr().out
+    assert status == 0 and "lib.ops.Square: 2 calls, 2 identical: identical" in out

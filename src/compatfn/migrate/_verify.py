@@ -169,8 +169,19 @@ def verify(
         return 2
 
 
+def _absolute(command: Sequence[str], root: Path) -> List[str]:
+    """``command`` with a relative path to its program (``.venv/bin/python``) made absolute:
+    it runs in the copies, which leave virtual environments out."""
+    program = command[0]
+    relative = any(sep and sep in program for sep in (os.sep, os.altsep))
+    if relative and not os.path.isabs(program) and (root / program).exists():
+        return [os.path.abspath(root / program), *command[1:]]  # a venv's link kept a link
+    return list(command)
+
+
 def _verify(paths: Sequence[Path], command: Sequence[str], decorator: str, timeout: float) -> int:
     root = Path.cwd()
+    command = _absolute(command, root)
     with tempfile.TemporaryDirectory(prefix="compatfn-verify-") as scratch:
         base = Path(scratch)
         original, migrated = base / "original" / root.name, base / "migrated" / root.name
