@@ -28,6 +28,20 @@ def test_identical_calls_are_counted():
     assert compare_calls([_call(1.0, 2.0)] * 2, [_call(1.0, 2.0)] * 2) == (2, [])
 
 
+def test_sparse_inputs_are_compared_by_value():
+    def sparse(value: float) -> dict:
+        call = _call(1.0, 2.0)
+        tensor = torch.sparse_coo_tensor([[0, 2]], [value, 2.0], (3,))
+        return {**call, "inputs": [tensor, {}]}
+
+    assert compare_calls([sparse(1.0)], [sparse(1.0)]) == (1, [])
+    assert compare_calls([sparse(1.0)], [sparse(5.0)])[1] == [
+        "call 1: different inputs (is the test seeded?)"
+    ]
+    dense = {**_call(1.0, 2.0), "inputs": [torch.tensor([1.0, 0.0, 2.0]), {}]}
+    assert compare_calls([sparse(1.0)], [dense])[0] == 0  # a layout of its own
+
+
 @pytest.mark.parametrize(
     "migrated, problem",
     [

@@ -122,13 +122,17 @@ def _same(a: Any, b: Any) -> bool:
     import torch
 
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return (
+        if not (
             isinstance(a, torch.Tensor)
             and isinstance(b, torch.Tensor)
             and a.dtype == b.dtype
             and a.shape == b.shape
-            and bool((a.eq(b) | (a.isnan() & b.isnan())).all())
-        )
+            and a.layout == b.layout
+        ):
+            return False
+        if a.layout != torch.strided:  # sparse: eq and isnan take dense tensors only
+            a, b = a.to_dense(), b.to_dense()
+        return bool((a.eq(b) | (a.isnan() & b.isnan())).all())
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
     return bool(a == b)
