@@ -432,10 +432,11 @@ def load(source: str, name: str) -> Dict[str, Any]:
     return namespace
 
 
-#: Where a migrated class is known to differ from its original (each has a strict xfail test in
-#: test_migrate_generated.py): an input returned as it is and saved becomes ``x.view_as(x)``
-#: (torch 2.13's setup_context refuses to save the input itself), which under torch.no_grad()
-#: is an output that requires grad where the original's did not.
+#: Where a migrated class is known to differ from its original (migrate says so in a note on
+#: the class; test_migrate_generated.py checks the note and the difference): an input returned
+#: as it is and saved becomes ``x.view_as(x)`` (torch 2.x's setup_context refuses to save the
+#: input itself), which under torch.no_grad() is an output that requires grad where the
+#: original's did not (see NOTE: [an input returned as it is] in migrate/_outputs.py).
 KNOWN_DIFFERENCES = ("no_grad: an input returned as it is and saved",)
 #: Refusals that mean the codemod failed, not that it declined.
 INTERNAL = ("please report it",)

@@ -832,7 +832,7 @@ def _needs_grad_source(check: str, imports: str) -> str:
 def test_needs_input_grad_read_in_forward_is_computed_from_the_inputs(check):
     # See NOTE: [needs_input_grad in forward]: the local comes first (after the docstring).
     source = _needs_grad_source(check, "import torch as th\nfrom torch import autograd")
-    result = migrate_source(source, "case.py")
+    result = migrate_source(source, "case.py", line_length=120)  # the new line on one line
     assert result.migrated == ["F"]
     assert (
         '        """Doc."""\n        needs_input_grad = tuple(isinstance(arg, th.Tensor) and '

@@ -172,3 +172,12 @@ def test_a_diff_the_console_cannot_show_is_escaped_not_a_traceback(tmp_path):
     )
     assert result.returncode == 0, result.stderr.decode(errors="replace")
     assert b"+@compatfn.function" in result.stdout and b"# \\xe9" in result.stdout
+
+
+def test_a_note_on_a_migrated_class_goes_to_stderr_with_its_place(tmp_path, capsys):
+    path = tmp_path / "ops.py"
+    path.write_text(LEGACY.replace("return x * x", "return x"))
+    assert command.run([path], mode="check") == 1
+    err = capsys.readouterr().err
+    assert f"{path.as_posix()}:4: Square: note: forward returns its input x as it is" in err
+    assert "migrate 1 class(es) in 1 file(s); refused 0" in err

@@ -28,6 +28,20 @@ def test_identical_calls_are_counted():
     assert compare_calls([_call(1.0, 2.0)] * 2, [_call(1.0, 2.0)] * 2) == (2, [])
 
 
+def test_sparse_inputs_are_compared_by_value():
+    def sparse(value: float) -> dict:
+        call = _call(1.0, 2.0)
+        tensor = torch.sparse_coo_tensor([[0, 2]], [value, 2.0], (3,))
+        return {**call, "inputs": [tensor, {}]}
+
+    assert compare_calls([sparse(1.0)], [sparse(1.0)]) == (1, [])
+    assert compare_calls([sparse(1.0)], [sparse(5.0)])[1] == [
+        "call 1: different inputs (is the test seeded?)"
+    ]
+    dense = {**_call(1.0, 2.0), "inputs": [torch.tensor([1.0, 0.0, 2.0]), {}]}
+    assert compare_calls([sparse(1.0)], [dense])[0] == 0  # a layout of its own
+
+
 @pytest.mark.parametrize(
     "migrated, problem",
     [
@@ -92,3 +106,90 @@ def test_verify_runs_the_command_on_both_trees_and_compares_every_call(tmp_path)
     assert done.returncode == 0, done.stderr
     assert "lib/ops.py: lib.ops.Square: 2 calls, 2 identical: identical" in done.stdout
     assert (cwd / "lib" / "ops.py").read_text() == LEGACY_SQUARE  # the tree is left as it was
+
+
+SLEEPER = """\
+import pathlib, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+pathlib.Path(sys.argv[1]).write_text(str(child.pid))
+time.sleep(120)
+"""
+
+
+def _gone(pid: int, within: float = 10.0) -> bool:
+    import os
+    import time
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        with open(f"/proc/{pid}/stat") as stat:  # reaped by init soon: a zombie counts as gone
+            if stat.read().split(") ", 1)[1].startswith("Z"):
+                return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc to see a process gone")
+def test_a_test_command_past_verify_timeout_is_stopped_with_what_it_started(
+    tmp_path, monkeypatch, capsys
+):
+    import sys
+    import time
+
+    from compatfn.migrate._verify import verify
+
+    (tmp_path / "project").mkdir()
+    cwd = _project(tmp_path / "project")
+    (cwd / "sleeper.py").write_text(SLEEPER)
+    pid_file = tmp_path / "grandchild.pid"
+    monkeypatch.chdir(cwd)
+    start = time.monotonic()
+    status = verify([Path("lib")], [sys.executable, "sleeper.py", str(pid_file)], timeout=3)
+    assert status == 2 and time.monotonic() - start < 60
+    err = capsys.readouterr().err
+    assert "error: the test command ran past --verify-timeout 3 s on the original tree" in err
+    assert "Traceback" not in err
+    assert _gone(int(pid_file.read_text()))  # the process it started is stopped too
+
+
+def test_verify_timeout_and_a_command_that_cannot_start_are_one_line_errors(tmp_path):
+    import sys
+
+    cwd = _project(tmp_path)
+    sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
+    done = migrate_cli("lib", "--verify-timeout", "2", "--verify", *sleep, cwd=cwd)
+    assert done.returncode == 2
+    assert "ran past --verify-timeout 2 s on the original tree and was stopped" in done.stderr
+    assert "Traceback" not in done.stderr
+    done = migrate_cli("lib", "--verify", "no-such-test-command-here", cwd=cwd)
+    assert done.returncode == 2
+    assert "error: cannot run the test command 'no-such-test-command-here'" in done.stderr
+    assert "Traceback" not in done.stderr
+    done = migrate_cli("lib", "--verify-timeout", "-1", "--verify", *sleep, cwd=cwd)
+    assert done.returncode == 2 and "is not a number of seconds" in done.stderr
+
+
+def test_a_test_command_run_from_a_relative_virtual_environment_is_found(tmp_path, capsys):
+    import os
+    import stat
+    import sys
+
+    from compatfn.migrate._verify import verify
+
+    cwd = _project(tmp_path)
+    program = cwd / ".venv" / "bin" / "python"  # left out of the copies the command runs in
+    program.parent.mkdir(parents=True)
+    program.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    program.chmod(program.stat().st_mode | stat.S_IXUSR)
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        status = verify([Path("lib")], [os.path.join(".venv", "bin", "python"), "check.py"])
+    finally:
+        os.chdir(old)
+    out = capsys.readouterr().out
+    assert status == 0 and "lib.ops.Square: 2 calls, 2 identical: identical" in out

@@ -3,7 +3,7 @@ setup_context runs, classifying every value those statements read (input, output
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional, Set, Tuple
 
 import libcst as cst
@@ -46,6 +46,7 @@ class Split:
     ctx: str
     star: Optional[str] = None  # the *args parameter
     one_tuple: bool = False  # forward returns a one-element tuple literal: `return (y,)`
+    viewed: List[str] = field(default_factory=list)  # inputs returned as x.view_as(x)
 
 
 # NOTE: [needs_input_grad in forward]
@@ -140,7 +141,7 @@ class ForwardAnalysis:
             )
         body = start_as_none(body, self.values.intermediates, self.param_names)
         output_names, count = outputs(body, self.values, self.grads)
-        body = views_of_saved_inputs(
+        body, viewed = views_of_saved_inputs(
             body, output_names, ctx_statements, self._assigned(), self.ctx, self.param_names
         )
         return Split(
@@ -153,6 +154,7 @@ class ForwardAnalysis:
             self.ctx,
             self.star,
             returns_one_tuple(body),
+            viewed,
         )
 
     def _assigned(self) -> Set[str]:

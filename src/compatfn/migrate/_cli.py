@@ -17,6 +17,9 @@ from typing import Any
 
 from ._rules import DESCRIPTION, EXIT_STATUS, RULES
 
+#: Seconds ``--verify`` gives the test command on each tree unless told (0: no limit).
+DEFAULT_VERIFY_TIMEOUT = 3600.0
+
 
 def add_parser(sub: Any) -> None:
     """Add the ``migrate`` subcommand to ``sub`` (an argparse subparsers object)."""
@@ -52,12 +55,31 @@ def add_parser(sub: Any) -> None:
         "difference (files are left unchanged)",
     )
     mig.add_argument(
+        "--verify-timeout",
+        type=_seconds,
+        default=DEFAULT_VERIFY_TIMEOUT,
+        metavar="SECONDS",
+        help="with --verify (and before it): stop the test command when it runs longer than "
+        "this on either tree and exit 2 (default: 3600; 0: no limit)",
+    )
+    mig.add_argument(
         "--decorator",
         default="compatfn:function",
         metavar="MODULE:NAME",
         help="the decorator to add, e.g. mylib._autograd_compat:function for a vendored copy; "
         "custom_fwd/custom_bwd come from the same module (default: compatfn:function)",
     )
+
+
+def _seconds(text: str) -> float:
+    """A number of seconds, 0 or more (argparse reports the error for anything else)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (0 for no limit)")
+    return value
 
 
 def main(args: argparse.Namespace) -> int:
@@ -91,4 +113,4 @@ def _verify(args: argparse.Namespace) -> int:
     if not paths:
         print("error: --verify needs a PATH to migrate before --", file=sys.stderr)
         return 2
-    return verify(paths, command, args.decorator)
+    return verify(paths, command, args.decorator, args.verify_timeout)

@@ -14,10 +14,11 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import libcst as cst
 
+from ._layout import line_length_for
 from ._rewrite import DEFAULT_DECORATOR, Result, migrate_source
 
 #: Stack and recursion depth for one file: LibCST recurses once per nesting level of an
@@ -97,14 +98,16 @@ def write_atomically(path: Path, data: bytes) -> None:
         raise
 
 
-def _migrate_file(path: Path, decorator: str) -> Union[Result, str]:
+def _migrate_file(path: Path, decorator: str, line_length: int) -> Union[Result, str]:
     """The result for one file, or the one-line error that stopped it."""
     try:
         source = path.read_bytes()
     except OSError as error:
         return f"error: cannot read {path}: {error.strerror or error}"
     try:
-        result: Result = on_deep_stack(migrate_source, source, path.as_posix(), decorator)
+        result: Result = on_deep_stack(
+            migrate_source, source, path.as_posix(), decorator, line_length
+        )
     except cst.ParserSyntaxError as error:
         return f"error: {path}: cannot parse: {str(error).splitlines()[0]}"
     except (UnicodeDecodeError, SyntaxError, LookupError) as error:
@@ -146,7 +149,8 @@ def run(
     """The ``migrate`` command: ``mode`` is ``diff``, ``write`` or ``check``; returns the exit
     status (see :data:`compatfn.migrate.rules.EXIT_STATUS`).
 
-    Diffs go to stdout, refusals (``path:line: Class: reason``) and errors to stderr, and a last
+    Diffs go to stdout, refusals (``path:line: Class: reason``), notes on migrated classes
+    (``path:line: Class: note: ...``) and errors to stderr, and a last
     line to stderr counts migrated and refused classes. Each file is handled on its own: one that
     fails is reported and the others go on.
 
@@ -162,13 +166,14 @@ def run(
         return 2
     unreadable = unwritable = False
     migrated = refused = changed = 0
+    lengths: Dict[Path, int] = {}
     for path in files:
-        result = _migrate_file(path, decorator)
+        result = _migrate_file(path, decorator, line_length_for(path, lengths))
         if isinstance(result, str):
             print(result, file=sys.stderr)
             unreadable = True
             continue
-        for refusal in result.refusals:
+        for refusal in [*result.refusals, *result.notes]:
             print(refusal, file=sys.stderr)
         migrated += len(result.migrated)
         refused += len(result.refusals)

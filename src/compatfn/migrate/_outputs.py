@@ -86,6 +86,16 @@ def _holds_tuple(body: Sequence[cst.BaseStatement], name: cst.Name) -> bool:
     return False
 
 
+# NOTE: [an input returned as it is]
+# A legacy forward that returns an input x as it is and saves it: with grad mode on, torch hands
+# the caller a view of x (made with grad mode off) whose grad_fn is the Function's. A
+# setup_context forward cannot return x itself and save it there (torch 2.x raises), so the
+# codemod returns x.view_as(x), which is the same with grad mode on. Under torch.no_grad() the
+# original's output is an alias of x that does not require grad (torch detaches it), while
+# x.view_as(x), made inside forward, is a view of x that does (a view of a tensor that requires
+# grad does, whatever the grad mode; measured on torch 2.15). forward cannot tell the two cases
+# apart (torch runs it with grad mode off either way), so the class is migrated with a note that
+# names the difference (Result.notes), never silently.
 def views_of_saved_inputs(
     body: List[cst.BaseStatement],
     output_names: Sequence[Optional[str]],
@@ -93,11 +103,12 @@ def views_of_saved_inputs(
     assigned: Set[str],
     ctx: str,
     param_names: Sequence[str],
-) -> List[cst.BaseStatement]:
+) -> Tuple[List[cst.BaseStatement], List[str]]:
     """forward's body returning ``x.view_as(x)`` for an input ``x`` it returns as it is and
-    saves (``assigned``: the names forward assigns): torch 2.x refuses to save such an output
-    with setup_context, and a legacy Function returned a view of it anyway (unless marked
-    dirty)."""
+    saves (``assigned``: the names forward assigns), and those inputs: torch 2.x refuses to save
+    such an output with setup_context, and a legacy Function returned a view of it anyway
+    (unless marked dirty), except under torch.no_grad() (see NOTE: [an input returned as it
+    is])."""
     saved = ctx_call_names(moved, ctx, "save_for_backward")
     dirty = ctx_call_names(moved, ctx, "mark_dirty")
     views = {
@@ -106,7 +117,7 @@ def views_of_saved_inputs(
         if name in param_names and name not in assigned and name in saved - dirty
     }
     if not views:
-        return body
+        return body, []
     marked = sorted(views & ctx_call_names(moved, ctx, "mark_non_differentiable"))
     if marked:
         raise Refused(
@@ -132,4 +143,4 @@ def views_of_saved_inputs(
     else:
         value = view(value)
     new_last = last.with_changes(body=[*last.body[:-1], ret.with_changes(value=value)])
-    return [*body[:-1], new_last]
+    return [*body[:-1], new_last], sorted(views)

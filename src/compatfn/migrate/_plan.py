@@ -64,6 +64,7 @@ class Plan:
     additions: List[cst.BaseStatement] = field(default_factory=list)
     refusal: Optional[Refused] = None
     decorate: bool = False
+    notes: List[str] = field(default_factory=list)  # what a migrated class does differently
 
 
 def methods_of(node: cst.ClassDef) -> Dict[str, cst.FunctionDef]:
@@ -246,6 +247,13 @@ class Planner:
         split = analysis.split()
         plan.intermediates = len(split.values.intermediates)
         plan.forward_params = split.params
+        plan.notes = [
+            f"note: forward returns its input {name} as it is and saves it, so it now returns "
+            f"{name}.view_as({name}) (torch refuses to save an input returned as it is from "
+            "setup_context); under torch.no_grad() that output requires grad where the "
+            f"original's did not: detach it there if a caller depends on that"
+            for name in split.viewed
+        ]
         plan.setup_ctx = split.ctx
         decorators = strip_ctx_decorators(forward, self.names, self.api, "forward")
         body = tidy_first(forward_return(split, split.forward_body))

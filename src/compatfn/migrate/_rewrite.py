@@ -10,6 +10,7 @@ Example::
 
 from __future__ import annotations
 
+import ast
 import difflib
 import re
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ._imports import add_import
+from ._layout import DEFAULT_LINE_LENGTH, wrap_new_lines
 from ._plan import Plan, Planner, methods_of
 from ._soundness import unsound
 from ._syntax import Refused
@@ -50,6 +52,8 @@ class Result:
     migrated: List[str] = field(default_factory=list)
     refusals: List[Refusal] = field(default_factory=list)
     encoding: str = "utf-8"
+    #: What a migrated class does differently from the original, printed as refusals are.
+    notes: List[Refusal] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -159,12 +163,16 @@ def _first_unkept_line(old: str, written: str) -> int:
 
 
 def migrate_source(
-    source: Union[str, bytes], path: str = "<string>", decorator: str = DEFAULT_DECORATOR
+    source: Union[str, bytes],
+    path: str = "<string>",
+    decorator: str = DEFAULT_DECORATOR,
+    line_length: int = DEFAULT_LINE_LENGTH,
 ) -> Result:
     """Migrate the legacy Functions of one module's source; never raises for a refused class.
 
     ``source`` as bytes (a file's content) keeps its encoding, byte-order mark and line endings
-    (``Result.new_bytes()``). Raises ``libcst.ParserSyntaxError`` for source that does not parse.
+    (``Result.new_bytes()``); the lines it writes longer than ``line_length`` are wrapped as
+    black wraps them. Raises ``libcst.ParserSyntaxError`` for source that does not parse.
 
     Example::
 
@@ -190,6 +198,8 @@ def migrate_source(
             result.refusals.append(Refusal(path, line, plan.name, plan.refusal.reason))
         elif plan.decorate:
             result.migrated.append(plan.name)
+            line = positions[plan.node].start.line  # type: ignore[index]
+            result.notes += [Refusal(path, line, plan.name, note) for note in plan.notes]
     if not new:
         return result
     unfaithful = _first_unkept_line(old, module.code)
@@ -206,8 +216,19 @@ def migrate_source(
                         "left unchanged; remove what is unusual on that line to let it through",
                     )
                 )
-        result.migrated = []
+        result.migrated, result.notes = [], []
         return result
     module = add_import(module.visit(ReplaceClasses(new)), planner.import_module, planner.api, path)
-    result.new_source = module.code
+    result.new_source = _wrapped(old, module.code, line_length)
     return result
+
+
+def _wrapped(old: str, new: str, line_length: int) -> str:
+    """``new`` with the lines migrate wrote kept within ``line_length`` (as it is, should the
+    wrapped text not parse: a layout is never worth a broken file)."""
+    wrapped = wrap_new_lines(old, new, line_length)
+    try:
+        ast.parse(wrapped)
+    except SyntaxError:
+        return new
+    return wrapped

@@ -39,7 +39,8 @@ or from such a class in the same file) whose forward takes ctx:
     moves after it; @torch.no_grad()/enable_grad() and @torch.jit.ignore/unused on forward
     stay; a backward without
     @staticmethod gets it; an input returned as it is and saved is returned as x.view_as(x)
-    (torch 2.x requires it);
+    (torch 2.x requires it), which under torch.no_grad() requires grad where the original's
+    output did not: a note on stderr (`path:line: Class: note: ...`) says so;
   - an if block made only of ctx statements that reads the random state (torch.get_rng_state,
     torch.cuda.get_rng_state, get_device_states, random.getstate, numpy's get_state) reads it
     in forward, at the same place and under the same conditions, into names forward hands
@@ -49,7 +50,10 @@ or from such a class in the same file) whose forward takes ctx:
   - @compatfn.function and `import compatfn` are added (--decorator: your vendored copy), where
     isort and ruff put them.
 Fn.apply(...) callers need no change; comments, formatting, line endings, encoding and a
-byte-order mark are kept; a second run changes nothing. Each rewrite is checked before it is
+byte-order mark are kept; a line migrate writes longer than the file's line length (black's or
+ruff's line-length, or flake8's max-line-length, in the nearest pyproject.toml, ruff.toml,
+setup.cfg, tox.ini or .flake8; else 88) is wrapped as black wraps it, and your own lines are
+left as they are; a second run changes nothing. Each rewrite is checked before it is
 written: the new class must compile and its methods read no name they do not bind on every path
 (where the original did); a class that fails the check is refused.
 
@@ -77,7 +81,8 @@ EXIT_STATUS = """\
 Exit status: 0 done (refusals included, unless --strict); 1 with --check when a file would
 change, with --strict when a class is refused, with --verify when a call differs, or a file that
 cannot be written; 2 a usage error
-(missing path, a file that cannot be read or parsed, libcst not installed). Each file is
+(missing path, a file that cannot be read or parsed, libcst not installed), or a --verify test
+command that cannot start or runs past --verify-timeout (3600 s unless set). Each file is
 handled on its own: one that fails is reported and the run goes on; --write replaces a file in
 one step, so none is ever half-written.
 """

@@ -14,13 +14,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
+from ._cli import DEFAULT_VERIFY_TIMEOUT
 from ._command import python_files
+from ._layout import line_length_for
 from ._rewrite import DEFAULT_DECORATOR, migrate_source
 
 IGNORED = shutil.ignore_patterns(
@@ -35,16 +38,42 @@ def _copy(root: Path, target: Path) -> None:
 def _migrate_copy(copy: Path, paths: Sequence[Path], decorator: str) -> Dict[str, List[str]]:
     """Migrate the files of ``paths`` inside ``copy``; {file: migrated class names}."""
     migrated: Dict[str, List[str]] = {}
+    lengths: Dict[Path, int] = {}
     for path in python_files([copy / p for p in paths]):
-        result = migrate_source(path.read_bytes(), path.as_posix(), decorator)
+        length = line_length_for(path, lengths)
+        result = migrate_source(path.read_bytes(), path.as_posix(), decorator, length)
         if result.migrated:
             path.write_bytes(result.new_bytes())
             migrated[path.relative_to(copy).as_posix()] = list(result.migrated)
     return migrated
 
 
-def _run(copy: Path, command: Sequence[str], classes: Dict[str, List[str]], out: Path) -> int:
-    """Run ``command`` in ``copy`` with the recorder first on PYTHONPATH; its exit status."""
+class CommandFailed(Exception):
+    """The test command could not be started or ran past the time limit: a one-line message."""
+
+
+def _end(process: subprocess.Popen[bytes]) -> None:
+    """Kill ``process`` and what it started (its process group on POSIX) and reap it."""
+    try:
+        if os.name == "posix":
+            os.killpg(process.pid, signal.SIGKILL)
+        else:
+            process.kill()
+    except OSError:
+        pass  # already gone
+    process.wait()
+
+
+def _run(
+    copy: Path,
+    command: Sequence[str],
+    classes: Dict[str, List[str]],
+    out: Path,
+    timeout: float = DEFAULT_VERIFY_TIMEOUT,
+) -> int:
+    """Run ``command`` in ``copy`` with the recorder first on PYTHONPATH; its exit status.
+    Raises :class:`CommandFailed` when it cannot start or runs past ``timeout`` seconds (0: no
+    limit), after killing it and the processes it started."""
     hook = out / "hook"
     hook.mkdir(parents=True)
     shutil.copy(Path(__file__).with_name("_recorder.py"), hook / "sitecustomize.py")
@@ -56,7 +85,26 @@ def _run(copy: Path, command: Sequence[str], classes: Dict[str, List[str]], out:
         "COMPATFN_VERIFY_CLASSES": json.dumps({str(copy / f): n for f, n in classes.items()}),
         "COMPATFN_VERIFY_OUT": str(out),
     }
-    return subprocess.call(list(command), cwd=copy, env=env)
+    try:
+        process = subprocess.Popen(
+            list(command), cwd=copy, env=env, start_new_session=os.name == "posix"
+        )
+    except OSError as error:
+        raise CommandFailed(
+            f"cannot run the test command {command[0]!r}: {error.strerror or error}"
+        ) from None
+    try:
+        return process.wait(timeout=timeout or None)
+    except subprocess.TimeoutExpired:
+        _end(process)
+        raise CommandFailed(
+            f"the test command ran past --verify-timeout {timeout:g} s on the {copy.parent.name} "
+            "tree and was stopped; give it more time (--verify-timeout SECONDS, 0 for no "
+            "limit) or a smaller test command"
+        ) from None
+    except BaseException:  # Ctrl-C: its process group does not get the terminal's signal
+        _end(process)
+        raise
 
 
 def _load_calls(out: Path) -> Dict[str, List[Dict[str, Any]]]:
@@ -74,13 +122,17 @@ def _same(a: Any, b: Any) -> bool:
     import torch
 
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return (
+        if not (
             isinstance(a, torch.Tensor)
             and isinstance(b, torch.Tensor)
             and a.dtype == b.dtype
             and a.shape == b.shape
-            and bool((a.eq(b) | (a.isnan() & b.isnan())).all())
-        )
+            and a.layout == b.layout
+        ):
+            return False
+        if a.layout != torch.strided:  # sparse: eq and isnan take dense tensors only
+            a, b = a.to_dense(), b.to_dense()
+        return bool((a.eq(b) | (a.isnan() & b.isnan())).all())
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
     return bool(a == b)
@@ -107,10 +159,33 @@ def compare_calls(
 
 
 def verify(
-    paths: Sequence[Path], command: Sequence[str], decorator: str = DEFAULT_DECORATOR
+    paths: Sequence[Path],
+    command: Sequence[str],
+    decorator: str = DEFAULT_DECORATOR,
+    timeout: float = DEFAULT_VERIFY_TIMEOUT,
 ) -> int:
-    """The ``--verify`` command; exit status 0 when every call was identical, 1 otherwise."""
+    """The ``--verify`` command; exit status 0 when every call was identical, 1 otherwise, 2
+    when the test command cannot start or runs past ``timeout`` seconds on a tree (0: none)."""
+    try:
+        return _verify(paths, command, decorator, timeout)
+    except CommandFailed as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _absolute(command: Sequence[str], root: Path) -> List[str]:
+    """``command`` with a relative path to its program (``.venv/bin/python``) made absolute:
+    it runs in the copies, which leave virtual environments out."""
+    program = command[0]
+    relative = any(sep and sep in program for sep in (os.sep, os.altsep))
+    if relative and not os.path.isabs(program) and (root / program).exists():
+        return [os.path.abspath(root / program), *command[1:]]  # a venv's link kept a link
+    return list(command)
+
+
+def _verify(paths: Sequence[Path], command: Sequence[str], decorator: str, timeout: float) -> int:
     root = Path.cwd()
+    command = _absolute(command, root)
     with tempfile.TemporaryDirectory(prefix="compatfn-verify-") as scratch:
         base = Path(scratch)
         original, migrated = base / "original" / root.name, base / "migrated" / root.name
@@ -122,9 +197,9 @@ def verify(
             print("verify: nothing to migrate, nothing to compare", file=sys.stderr)
             return 0
         print(f"verify: running {' '.join(command)} on the original tree", file=sys.stderr)
-        status_o = _run(original, command, classes, base / "calls-original")
+        status_o = _run(original, command, classes, base / "calls-original", timeout)
         print(f"verify: running {' '.join(command)} on the migrated tree", file=sys.stderr)
-        status_m = _run(migrated, command, classes, base / "calls-migrated")
+        status_m = _run(migrated, command, classes, base / "calls-migrated", timeout)
         calls_o = _load_calls(base / "calls-original")
         calls_m = _load_calls(base / "calls-migrated")
     return report(classes, calls_o, calls_m, status_o, status_m)

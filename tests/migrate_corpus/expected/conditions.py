@@ -23,7 +23,10 @@ class ScaledExpCovariance(torch.autograd.Function):
     @staticmethod
     def forward(x1, x2, lengthscale, dist_func):
         """A covariance matrix with a gradient for the lengthscale only."""
-        needs_input_grad = tuple(isinstance(arg, torch.Tensor) and arg.requires_grad for arg in (x1, x2, lengthscale, dist_func))
+        needs_input_grad = tuple(
+            isinstance(arg, torch.Tensor) and arg.requires_grad
+            for arg in (x1, x2, lengthscale, dist_func)
+        )
         if any(needs_input_grad[:2]):
             raise RuntimeError("ScaledExpCovariance cannot compute gradients for x1 and x2")
         needs_grad = any(needs_input_grad)
@@ -51,7 +54,10 @@ class ScaledExpCovariance(torch.autograd.Function):
 class BranchyCovariance(torch.autograd.Function):
     @staticmethod
     def forward(x1, x2, lengthscale, nu):
-        needs_input_grad = tuple(isinstance(arg, torch.Tensor) and arg.requires_grad for arg in (x1, x2, lengthscale, nu))
+        needs_input_grad = tuple(
+            isinstance(arg, torch.Tensor) and arg.requires_grad
+            for arg in (x1, x2, lengthscale, nu)
+        )
         if any(needs_input_grad[:2]):
             raise RuntimeError("BranchyCovariance cannot compute gradients for x1 and x2")
         needs_grad = any(needs_input_grad)
@@ -236,7 +242,9 @@ class ElifOnData(torch.autograd.Function):
 class ReadsNeedsInputGrad(torch.autograd.Function):
     @staticmethod
     def forward(x):
-        needs_input_grad = tuple(isinstance(arg, torch.Tensor) and arg.requires_grad for arg in (x,))
+        needs_input_grad = tuple(
+            isinstance(arg, torch.Tensor) and arg.requires_grad for arg in (x,)
+        )
         scale = 2.0 if needs_input_grad[0] else 1.0
         return x * scale
 

@@ -129,7 +129,13 @@ class CheckpointedDropout(Function):
             if torch.cuda._initialized:
                 cuda_initialized = True
                 fwd_gpu_devices, fwd_gpu_states = get_device_states(x)
-        return torch.nn.functional.dropout(x * 2, p), fwd_cpu_state, cuda_initialized, fwd_gpu_devices, fwd_gpu_states
+        return (
+            torch.nn.functional.dropout(x * 2, p),
+            fwd_cpu_state,
+            cuda_initialized,
+            fwd_gpu_devices,
+            fwd_gpu_states,
+        )
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -143,7 +149,10 @@ class CheckpointedDropout(Function):
             ctx.had_cuda_in_fwd = False
             if cuda_initialized:
                 ctx.had_cuda_in_fwd = True
-                ctx.fwd_gpu_devices, ctx.fwd_gpu_states = fwd_gpu_devices, fwd_gpu_states
+                ctx.fwd_gpu_devices, ctx.fwd_gpu_states = (
+                    fwd_gpu_devices,
+                    fwd_gpu_states,
+                )
         ctx.save_for_backward(x)
 
     @staticmethod
@@ -168,7 +177,12 @@ class ReversibleNoise(Function):
         cuda_states = None
         if cuda:
             cuda_devices, cuda_states = get_device_states(x)
-        return x * (1 + sigma * torch.randn_like(x)), forward_rng_state, cuda_devices, cuda_states
+        return (
+            x * (1 + sigma * torch.randn_like(x)),
+            forward_rng_state,
+            cuda_devices,
+            cuda_states,
+        )
 
     @staticmethod
     def setup_context(ctx, inputs, output):

@@ -1,0 +1,150 @@
+"""Keep the lines the codemod writes within the file's line length, wrapped as black wraps them.
+
+The line length is the one the project's formatter or linter is set to, read from the nearest
+configuration above the file (:func:`line_length_for`); lines the codemod did not write are
+never touched (:func:`wrap_new_lines`).
+
+Example::
+
+    new = wrap_new_lines(old_source, new_source, line_length_for(Path("src/mylib/ops.py")))
+"""
+
+from __future__ import annotations
+
+import configparser
+import difflib
+import io
+import re
+import tokenize
+from pathlib import Path
+from typing import Dict, List, Optional, Set
+
+from ._wrap import wrap
+
+DEFAULT_LINE_LENGTH = 88
+#: (file, section, key) in the order they are read in each folder; the first one set wins.
+TOML_KEYS = (
+    ("pyproject.toml", "tool.black", "line-length"),
+    ("pyproject.toml", "tool.ruff", "line-length"),
+    ("ruff.toml", "", "line-length"),
+    (".ruff.toml", "", "line-length"),
+)
+INI_KEYS = (
+    ("setup.cfg", "flake8", "max-line-length"),
+    ("tox.ini", "flake8", "max-line-length"),
+    (".flake8", "flake8", "max-line-length"),
+)
+LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+
+
+def _toml_value(path: Path, section: str, key: str) -> Optional[int]:
+    """``key`` of ``[section]`` in a TOML file, read by a plain scan of its lines (no TOML parser
+    on Python 3.8-3.10; these settings are one ``key = number`` line)."""
+    current = ""
+    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        line = raw.split("#", 1)[0].strip()
+        header = re.fullmatch(r"\[\s*([^\[\]]+?)\s*\]", line)
+        if header:
+            current = header.group(1).replace('"', "").replace(" ", "")
+            continue
+        match = re.fullmatch(rf"{re.escape(key)}\s*=\s*(\d+)", line)
+        if match and current == section:
+            return int(match.group(1))
+    return None
+
+
+def _ini_value(path: Path, section: str, key: str) -> Optional[int]:
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(path, encoding="utf-8")
+        value = parser.get(section, key, fallback=None)
+    except (configparser.Error, UnicodeDecodeError):
+        return None
+    return int(value) if value is not None and value.strip().isdigit() else None
+
+
+def line_length_for(path: Path, cache: Optional[Dict[Path, int]] = None) -> int:
+    """The line length set for ``path`` by the nearest folder above it that sets one: black's
+    or ruff's ``line-length`` (pyproject.toml, ruff.toml), flake8's ``max-line-length``
+    (setup.cfg, tox.ini, .flake8); the search stops at a repository's root (``.git``, ``.hg``).
+    88, black's default, where none is set."""
+    cache = {} if cache is None else cache
+    folder = Path(path).resolve().parent
+    visited: List[Path] = []
+    found = DEFAULT_LINE_LENGTH
+    for current in [folder, *folder.parents]:
+        if current in cache:
+            found = cache[current]
+            break
+        visited.append(current)
+        value = _folder_value(current)
+        if value is not None:
+            found = value
+            break
+        if (current / ".git").exists() or (current / ".hg").exists():
+            break
+    for seen in visited:
+        cache[seen] = found
+    return found
+
+
+def _folder_value(folder: Path) -> Optional[int]:
+    for name, section, key in TOML_KEYS:
+        if (folder / name).is_file():
+            value = _toml_value(folder / name, section, key)
+            if value is not None:
+                return value
+    for name, section, key in INI_KEYS:
+        if (folder / name).is_file():
+            value = _ini_value(folder / name, section, key)
+            if value is not None:
+                return value
+    return None
+
+
+def _one_line_statements(source: str) -> Set[int]:
+    """0-based numbers of the lines that hold one whole logical line of ``source``."""
+    found: Set[int] = set()
+    start: Optional[int] = None
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+                continue
+            if token.type == tokenize.NEWLINE:
+                if start is not None and token.start[0] == start:
+                    found.add(start - 1)
+                start = None
+            elif start is None:
+                start = token.start[0]
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return set()
+    return found
+
+
+def wrap_new_lines(old: str, new: str, limit: int) -> str:
+    """``new`` with each line that is not in ``old`` and is longer than ``limit`` wrapped as
+    black wraps it. A line as long in ``old`` (the author's own, moved) is left as it is."""
+    old_lines, new_lines = LINE.findall(old), LINE.findall(new)
+    long_before = {line.strip() for line in old_lines if len(line.rstrip("\r\n")) > limit}
+    whole = _one_line_statements(new)
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    written = [
+        n
+        for tag, _, _, start, end in matcher.get_opcodes()
+        if tag in ("insert", "replace")
+        for n in range(start, end)
+    ]
+    for n in reversed(written):
+        line = new_lines[n]
+        text = line.rstrip("\r\n")
+        if len(text) <= limit or n not in whole or line.strip() in long_before:
+            continue
+        wrapped = wrap(text, limit)
+        if wrapped:
+            ending = line[len(text) :]
+            between = ending or ("\r\n" if new.count("\r\n") else "\n")
+            new_lines[n : n + 1] = [
+                *(part + between for part in wrapped[:-1]),
+                wrapped[-1] + ending,
+            ]
+    return "".join(new_lines)

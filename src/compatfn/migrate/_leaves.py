@@ -1,0 +1,269 @@
+"""The leaves of one logical line for :mod:`._wrap`: tokens with their spacing, bracket pairs,
+black's optional parentheses and the priorities of the places a line may be split at.
+
+Example::
+
+    leaves = parse("a, b = inputs")  # ['a', ',', 'b', '=', 'inputs']
+    with_optional_parens(leaves)     # ... '=', '(' (invisible), 'inputs', ')' (invisible)
+"""
+
+from __future__ import annotations
+
+import io
+import keyword
+import tokenize
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+OPENING = {"(": ")", "[": "]", "{": "}"}
+CLOSING = {")", "]", "}"}
+COMMA = 18
+PRIORITIES = {
+    "for": 20,  # only inside brackets (a comprehension)
+    "if": 16,  # a conditional expression (a comprehension's if is 20, see _priority)
+    "else": 16,
+    "and": 14,
+    "or": 14,
+    "in": 10,
+    "not": 10,
+    "is": 10,
+    "<": 10,
+    ">": 10,
+    "==": 10,
+    "!=": 10,
+    "<=": 10,
+    ">=": 10,
+    "|": 9,
+    "^": 8,
+    "&": 7,
+    "<<": 6,
+    ">>": 6,
+    "+": 5,
+    "-": 5,
+    "*": 4,
+    "/": 4,
+    "//": 4,
+    "%": 4,
+    "@": 4,
+    "**": 1,
+}
+#: Statements whose first expression black wraps in optional parentheses.
+WRAPPED_AFTER = {"return", "if", "elif", "while", "del", "assert"}
+
+
+COMPOUND = {
+    "def",
+    "async",
+    "class",
+    "if",
+    "elif",
+    "else",
+    "for",
+    "while",
+    "with",
+    "try",
+    "except",
+    "finally",
+    "match",
+    "case",
+}
+
+
+@dataclass(eq=False)
+class Leaf:
+    """One token: its text, the space before it in the source, and its bracket partner."""
+
+    text: str
+    prefix: str = ""
+    kind: int = tokenize.OP
+    invisible: bool = False  # an optional parenthesis (shown only if it is split at)
+    partner: Optional[Leaf] = None
+    atom: bool = False  # an opening bracket of a display or parenthesized expression
+
+    def shown(self) -> str:
+        return "" if self.invisible else self.text
+
+
+@dataclass
+class Line:
+    leaves: List[Leaf]
+    indent: str
+    inside_brackets: bool = False
+    is_def: bool = False
+    explode: bool = False  # a display's items: split at its commas even if it fits
+    arguments: bool = False  # a call's arguments or a def's parameters
+
+    def render(self) -> str:
+        text = "".join(
+            (leaf.prefix if n else "") + leaf.shown() for n, leaf in enumerate(self.leaves)
+        )
+        return self.indent + text
+
+
+def copy_line(line: Line) -> Line:
+    mapping = {
+        id(leaf): Leaf(leaf.text, leaf.prefix, leaf.kind, False, None, leaf.atom)
+        for leaf in line.leaves
+    }
+    for leaf in line.leaves:
+        new = mapping[id(leaf)]
+        new.invisible = leaf.invisible
+        if leaf.partner is not None:
+            new.partner = mapping.get(id(leaf.partner), leaf.partner)
+    return Line(
+        [mapping[id(x)] for x in line.leaves],
+        line.indent,
+        line.inside_brackets,
+        line.is_def,
+        line.explode,
+    )
+
+
+def has_star(leaves: Sequence[Leaf]) -> bool:
+    """A ``*args`` or ``**kwargs`` at the outer level (black adds no comma after it unless it
+    knows the file targets Python 3.6+)."""
+    depth = 0
+    for n, leaf in enumerate(leaves):
+        depth += leaf.text in OPENING
+        depth -= leaf.text in CLOSING
+        if depth == 0 and leaf.text in ("*", "**") and _unary(leaves, n):
+            return True
+    return False
+
+
+def _unary(leaves: Sequence[Leaf], n: int) -> bool:
+    if n == 0:
+        return True
+    before = leaves[n - 1]
+    return (
+        before.text in OPENING
+        or before.text in {",", "=", ":", "lambda"}
+        or (before.kind == tokenize.OP and before.text not in CLOSING)
+        or (
+            before.kind == tokenize.NAME
+            and keyword.iskeyword(before.text)
+            and before.text not in ("None", "True", "False")
+        )
+    )
+
+
+def delimiters(leaves: Sequence[Leaf]) -> Dict[int, int]:
+    """index -> priority of a split *after* that leaf, at the outer bracket level."""
+    found: Dict[int, int] = {}
+    depth = 0
+    comprehension = False
+    for n, leaf in enumerate(leaves):
+        if leaf.text in CLOSING:
+            depth -= 1
+        comprehension = comprehension or (depth == 0 and leaf.text == "for")
+        if depth == 0 and n:
+            priority = _priority(leaves, n, comprehension)
+            if priority:
+                found[n - 1] = max(found.get(n - 1, 0), priority)
+            if leaf.text == ",":
+                found[n] = COMMA
+        elif depth == 0 and leaf.text == ",":
+            found[n] = COMMA
+        if leaf.text in OPENING:
+            depth += 1
+    return found
+
+
+def _priority(leaves: Sequence[Leaf], n: int, comprehension: bool) -> int:
+    leaf, before = leaves[n], leaves[n - 1]
+    if leaf.kind == tokenize.STRING or (leaf.kind == tokenize.NAME and leaf.text not in PRIORITIES):
+        return 0
+    if leaf.text == "." and before.text in CLOSING:
+        return 1
+    if leaf.text in ("if", "for") and comprehension:
+        return 20
+    if leaf.text == "not":  # `not in` splits before `not`; `is not` and `not x` do not
+        return 10 if n + 1 < len(leaves) and leaves[n + 1].text == "in" else 0
+    if leaf.text == "in" and (before.text == "not" or comprehension):
+        return 0
+    if leaf.text in ("+", "-", "*", "**", "~") and _unary(leaves, n):
+        return 0
+    return PRIORITIES.get(leaf.text, 0)
+
+
+def parse(text: str) -> Optional[List[Leaf]]:
+    """The leaves of one logical line (no indentation), or None for one :func:`wrap` leaves
+    alone: a comment, a string over several lines, a backslash, unbalanced brackets."""
+    leaves: List[Leaf] = []
+    stack: List[Leaf] = []
+    end_col = 0
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text + "\n").readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    nested = 0  # inside an f-string (tokenized in parts from Python 3.12): one leaf
+    start_col = 0
+    for token in tokens:
+        name = tokenize.tok_name[token.type]
+        if token.type in (tokenize.NEWLINE, tokenize.ENDMARKER, tokenize.INDENT):
+            continue
+        if token.type in (tokenize.COMMENT, tokenize.NL) or token.start[0] != 1:
+            return None
+        if name.endswith("STRING_START"):
+            nested += 1
+            start_col = token.start[1] if nested == 1 else start_col
+            continue
+        if nested:
+            nested -= name.endswith("STRING_END")
+            if nested:
+                continue
+            token = token._replace(
+                type=tokenize.STRING, string=text[start_col : token.end[1]], start=(1, start_col)
+            )
+        leaf = Leaf(token.string, text[end_col : token.start[1]], token.type)
+        end_col = token.end[1]
+        if leaf.text in OPENING:
+            leaf.atom = not leaves or not (
+                leaves[-1].text in CLOSING
+                or leaves[-1].kind == tokenize.STRING
+                or (leaves[-1].kind == tokenize.NAME and not keyword.iskeyword(leaves[-1].text))
+            )
+            stack.append(leaf)
+        elif leaf.text in CLOSING:
+            if not stack:
+                return None
+            leaf.partner = stack.pop()
+            leaf.partner.partner = leaf
+        leaves.append(leaf)
+    return leaves if leaves and not stack else None
+
+
+def with_optional_parens(leaves: List[Leaf]) -> List[Leaf]:
+    """``leaves`` with invisible parentheses around a return value, an assignment's target and
+    value, and the condition of an if (black's optional parentheses)."""
+    first = leaves[0].text
+    spans = []
+    if first in WRAPPED_AFTER:
+        end = len(leaves) - (leaves[-1].text == ":" and first != "return")
+        spans.append((1, end))
+    else:
+        depth = 0
+        equals = []
+        for n, leaf in enumerate(leaves):
+            depth += leaf.text in OPENING
+            depth -= leaf.text in CLOSING
+            assigns = leaf.kind == tokenize.OP and leaf.text.endswith("=")
+            if depth == 0 and assigns and leaf.text not in ("==", "!=", "<=", ">="):
+                equals.append(n)
+        if len(equals) == 1:
+            spans.append((equals[0] + 1, len(leaves)))
+            target = leaves[: equals[0]]
+            if leaves[equals[0]].text == "=" and any(
+                leaf.text == "," for leaf in target if leaf.partner is None
+            ):
+                spans.append((0, equals[0]))
+    for start, end in sorted(spans, reverse=True):
+        inner = leaves[start:end]
+        if not inner or (inner[0].text == "(" and inner[0].partner is inner[-1]):
+            continue
+        opening = Leaf("(", inner[0].prefix, invisible=True, atom=True)
+        closing = Leaf(")", invisible=True, partner=opening)
+        opening.partner = closing
+        inner[0].prefix = ""
+        leaves[start:end] = [opening, *inner, closing]
+    return leaves

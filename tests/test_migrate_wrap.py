@@ -1,0 +1,210 @@
+"""compatfn.migrate._wrap: a long line the codemod writes is wrapped exactly as black 26 wraps it
+(each expected layout below is black's output for that line and line length)."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import pytest
+
+from compatfn.migrate._wrap import wrap
+
+BLACK = [
+    (
+        "    @mylibrary_with_a_long_name._autograd_compat.function(intermediates=2)",
+        60,
+        """
+        @mylibrary_with_a_long_name._autograd_compat.function(
+            intermediates=2
+        )
+        """,
+    ),
+    (  # the target fits on the first line: the value goes in parentheses
+        "        alpha, beta, gamma, delta, epsilon, zeta, eta, theta, iota, kappa = inputs",
+        79,
+        """
+            alpha, beta, gamma, delta, epsilon, zeta, eta, theta, iota, kappa = (
+                inputs
+            )
+        """,
+    ),
+    (  # it does not: the target is exploded, the subscript stays whole
+        "        alpha, beta, gamma, delta, epsilon, zeta, eta, theta, iota, kappa, lam = "
+        "inputs[:11]",
+        79,
+        """
+            (
+                alpha,
+                beta,
+                gamma,
+                delta,
+                epsilon,
+                zeta,
+                eta,
+                theta,
+                iota,
+                kappa,
+                lam,
+            ) = inputs[:11]
+        """,
+    ),
+    (
+        "        alpha_value, beta_value, gamma_value, delta_value, epsilon_value, zeta_value, "
+        "eta_value, theta = output",
+        100,
+        """
+            (
+                alpha_value,
+                beta_value,
+                gamma_value,
+                delta_value,
+                epsilon_value,
+                zeta_value,
+                eta_value,
+                theta,
+            ) = output
+        """,
+    ),
+    (  # a returned tuple is exploded, one item a line, with a trailing comma
+        "        return torch.nn.functional.dropout(x * 2, p), fwd_cpu_state, cuda_initialized, "
+        "fwd_gpu_devices",
+        100,
+        """
+            return (
+                torch.nn.functional.dropout(x * 2, p),
+                fwd_cpu_state,
+                cuda_initialized,
+                fwd_gpu_devices,
+            )
+        """,
+    ),
+    (
+        "        return (ys, *extra_solver_state), forward_rng_state, cuda_devices, cuda_states",
+        79,
+        """
+            return (
+                (ys, *extra_solver_state),
+                forward_rng_state,
+                cuda_devices,
+                cuda_states,
+            )
+        """,
+    ),
+    (  # parameters that do not fit on one line: one a line, with a trailing comma
+        "    def forward(input_tensor, weight_tensor, bias_tensor, stride, padding, dilation, "
+        "groups):",
+        79,
+        """
+        def forward(
+            input_tensor,
+            weight_tensor,
+            bias_tensor,
+            stride,
+            padding,
+            dilation,
+            groups,
+        ):
+        """,
+    ),
+    (  # ... and on one line where they fit
+        "    def _forward_impl(cls, input_tensor, weight_tensor, bias_tensor, stride, padding):",
+        79,
+        """
+        def _forward_impl(
+            cls, input_tensor, weight_tensor, bias_tensor, stride, padding
+        ):
+        """,
+    ),
+    (  # a call's arguments that fit on one line stay on one line
+        "        return VeryLongFunctionClassName._forward_impl(input_tensor, weight_tensor, bias, "
+        "stride)",
+        79,
+        """
+            return VeryLongFunctionClassName._forward_impl(
+                input_tensor, weight_tensor, bias, stride
+            )
+        """,
+    ),
+    (  # an f-string is never split inside
+        '        message = f"{alpha_value} and {beta_value} and {gamma_value} and {delta_value}" '
+        "+ suffix_value",
+        79,
+        """
+            message = (
+                f"{alpha_value} and {beta_value} and {gamma_value} and {delta_value}"
+                + suffix_value
+            )
+        """,
+    ),
+    (
+        "        ctx.fwd_gpu_devices, ctx.fwd_gpu_states = fwd_gpu_devices_for_this_call, "
+        "fwd_gpu_states",
+        79,
+        """
+            ctx.fwd_gpu_devices, ctx.fwd_gpu_states = (
+                fwd_gpu_devices_for_this_call,
+                fwd_gpu_states,
+            )
+        """,
+    ),
+    (
+        "        if ctx.needs_input_grad[0] and very_long_condition_name is not None and other:",
+        60,
+        """
+            if (
+                ctx.needs_input_grad[0]
+                and very_long_condition_name is not None
+                and other
+            ):
+        """,
+    ),
+    (  # a comprehension splits before `for` and `if`, never at its `in`
+        "                    ctx.save_for_backward(*[t for t in very_long_intermediate_name if t "
+        "is not None], b)",
+        60,
+        """
+                        ctx.save_for_backward(
+                            *[
+                                t
+                                for t in very_long_intermediate_name
+                                if t is not None
+                            ],
+                            b
+                        )
+        """,
+    ),
+]
+
+
+def _layout(text: str) -> list:
+    return textwrap.dedent(text).strip("\n").splitlines()
+
+
+@pytest.mark.parametrize("line, limit, expected", BLACK, ids=[f"{c[1]}-{c[0][:40]}" for c in BLACK])
+def test_wraps_as_black_does(line, limit, expected):
+    indent = len(line) - len(line.lstrip())
+    got = wrap(line, limit)
+    assert got is not None
+    assert [part[indent:] for part in got] == _layout(expected)
+    assert all(part.startswith(line[:indent]) for part in got)
+    header = line.rstrip().endswith(":") or line.lstrip().startswith("@")
+    if not header:  # what it wrote is still the same statement
+        assert ast.dump(ast.parse("\n".join(p[indent:] for p in got))) == ast.dump(
+            ast.parse(line.strip())
+        )
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "        x = inputs",  # fits
+        "        y = f(a, b)  # a comment black would move: the line is left as it is........",
+        "        def forward(alpha, beta, gamma, delta, epsilon): return alpha + beta + gamma",
+        "        class VeryLongNameForAClassThatDoesNotFitOnTheLine(torch.autograd.Function):",
+        # an unsplittable value: black leaves the line as it is
+        "        return 'a string too long to fit on this line, which cannot be split at all.....'",
+    ],
+)
+def test_leaves_alone_what_it_does_not_wrap(line):
+    assert wrap(line, 60) is None
