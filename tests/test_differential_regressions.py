@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from differential_support import in_context
+from differential_support import Seen, assert_same, in_context, message_class
 from differential_traced import (
     EXPORT,
     HAS_COMPILE,
@@ -34,6 +34,43 @@ def test_compiled_in_place_with_bool_default_left_out():
     made = build(Spec(params=(Param("p0_bool", "bool", "True"),), inplace=True, materialize=False))
     what = "torch.compile(backend='aot_eager', fullgraph=True)"
     check_like_control(made, "left-out", _x(), compiled("aot_eager"), what)
+
+
+@pytest.mark.skipif(not HAS_COMPILE, reason=f"torch {torch.__version__} has no torch.compile")
+@pytest.mark.usefixtures("fresh_dynamo")
+@pytest.mark.parametrize("inplace", [False, True], ids=["out-of-place", "in-place"])
+@pytest.mark.parametrize("grad", [True, False], ids=["grad", "no-grad"])
+def test_compiled_warning_in_forward_without_fullgraph(inplace, grad):
+    """``forward(x)`` that warns, in ``torch.compile`` without ``fullgraph``: the warning breaks
+    the graph and dynamo compiled compatfn's apply as a frame of its own, which called itself
+    until RecursionError (NOTE: [apply is no frame of its own for dynamo])."""
+    made = build(Spec(warn=True, inplace=inplace, materialize=not inplace))
+    what = "torch.compile(backend='eager'), graphs counted"
+    check_like_control(made, "positional", _x(grad), compiled("eager", fullgraph=False), what)
+
+
+def test_message_class_keeps_the_words_and_drops_what_varies():
+    """Names of the generated classes, addresses and source locations are normalised; the rest
+    of the first line (words, numbers) is compared."""
+    a = message_class("ValueError", "coef -1.5 < 0 in Decorated at 0x7f3a\nmore")
+    b = message_class("ValueError", "coef -1.5 < 0 in HandWritten at 0x5501")
+    assert a == b == "ValueError: coef -1.5 < 0 in <Fn> at <address>"
+    assert message_class("ValueError", "coef -2.0 < 0") != message_class(
+        "ValueError", "coef -1.5 < 0"
+    )
+    assert message_class("TypeError", "x") != message_class("ValueError", "x")
+    where = 'File "/tmp/compatfn_specs_1/compatfn_spec_9_3.py", line 12, in forward'
+    assert message_class("E", where) == 'E: File "<file>", line <n>, in forward'
+
+
+def test_assert_same_compares_messages_and_graphs():
+    """A different message class, or more graphs than the oracle, is a difference."""
+    ran = Seen((), None, "", ())
+    with pytest.raises(AssertionError, match="raised"):
+        assert_same(Seen((), "E", "a", ()), Seen((), "E", "b", ()), "messages")
+    with pytest.raises(AssertionError, match="graph"):
+        assert_same(ran._replace(graphs=2), ran._replace(graphs=1), "graphs")
+    assert_same(ran._replace(graphs=1), ran._replace(graphs=2), "one graph where it breaks")
 
 
 def test_warning_in_forward_points_where_hand_written_does():
