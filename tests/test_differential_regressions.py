@@ -17,6 +17,7 @@ from differential_traced import (
     check_like_control,
     compiled,
     exported,
+    traced,
 )
 from function_specs import Param, Spec, build
 from spec_arguments import PATTERNS, Arguments, calls, defaults
@@ -91,3 +92,11 @@ def test_strict_export_of_empty_varargs():
     native path of torch 2.13-2.14 (core's _DYNAMO_MISHANDLES_VARARGS)."""
     made = build(Spec(rest=True))
     check_like_control(made, "positional", _x(grad=False), exported(True), "torch.export(strict)")
+
+
+def test_jit_trace_error_names_the_function():
+    """``forward(x, p0_bool=True)`` in place, traced with ``torch.jit.trace``: torch refuses it
+    with "inplace <name> not supported in the JIT", which named compatfn's ``apply`` instead of
+    the class (torch names the node by ``Fn.apply.__name__`` where apply is not its own)."""
+    made = build(Spec(params=(Param("p0_bool", "bool", "True"),), inplace=True, materialize=False))
+    check_like_control(made, "left-out", _x(grad=False), traced, "torch.jit.trace")

@@ -1674,6 +1674,9 @@ def _install_apply(cls: Any, record: _Decoration) -> None:
     apply.__doc__ = f"Apply {name}; arguments as for forward{inspect.signature(record.forward)}."
     apply.__module__ = cls.__module__
     apply.__qualname__ = f"{name}.apply"  # pickle finds it by reference: getattr(cls, "apply")
+    # torch.jit.trace names a Function's node (and its errors: "inplace Fn not supported in the
+    # JIT") by ``Fn.apply.__self__`` for torch's bound apply, else by ``Fn.apply.__name__``.
+    apply.__name__ = cls.__name__
     _script_as_python_call(apply, "IGNORE")
     _skip_as_dynamo_frame(apply.__code__)
     _set(cls, record, "apply", staticmethod(apply))
