@@ -83,6 +83,7 @@ def test_graph_breaks_like_hand_written():
     @given(cases(warn=True))
     def check(case):
         made, style, args = case
+        assume(not known_core_bug(made.spec, args, "compile-graphs"))
         what = "torch.compile(backend='eager'), graphs counted"
         check_like_control(made, style, args, compiled("eager", fullgraph=False), what)
 

@@ -7,11 +7,14 @@ failure the moment the core is fixed, and the xfail (and its entry in
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
 from differential_support import Seen, assert_same, in_context, message_class
 from differential_traced import (
+    EXEC_STRATEGY,
     EXPORT,
     HAS_COMPILE,
     check_like_control,
@@ -41,13 +44,41 @@ def test_compiled_in_place_with_bool_default_left_out():
 @pytest.mark.usefixtures("fresh_dynamo")
 @pytest.mark.parametrize("inplace", [False, True], ids=["out-of-place", "in-place"])
 @pytest.mark.parametrize("grad", [True, False], ids=["grad", "no-grad"])
+@pytest.mark.xfail(
+    not EXEC_STRATEGY,
+    strict=True,
+    reason="core: RecursionError where dynamo has no set_code_exec_strategy (torch 2.1); "
+    "skip_code there would break torch.compile(Fn.apply, fullgraph=True)",
+)
 def test_compiled_warning_in_forward_without_fullgraph(inplace, grad):
     """``forward(x)`` that warns, in ``torch.compile`` without ``fullgraph``: the warning breaks
     the graph and dynamo compiled compatfn's apply as a frame of its own, which called itself
-    until RecursionError (NOTE: [apply is no frame of its own for dynamo])."""
+    until RecursionError (NOTE: [apply is no frame of its own for dynamo]). Values and errors
+    (graphs: the next test)."""
     made = build(Spec(warn=True, inplace=inplace, materialize=not inplace))
+    counted = compiled("eager", fullgraph=False)
+
+    def uncounted(*args: Any, **kwargs: Any) -> Seen:
+        return counted(*args, **kwargs)._replace(graphs=None)
+
+    what = "torch.compile(backend='eager')"
+    check_like_control(made, "positional", _x(grad), uncounted, what)
+
+
+@pytest.mark.skipif(not HAS_COMPILE, reason=f"torch {torch.__version__} has no torch.compile")
+@pytest.mark.usefixtures("fresh_dynamo")
+@pytest.mark.xfail(
+    strict=True,
+    reason="core: after the graph break, a decorated forward runs uncompiled where a "
+    "hand-written one is compiled in pieces (torch 2.15), or recurses (torch 2.1) "
+    "(differential_traced.known_core_bug)",
+)
+def test_graphs_of_a_forward_that_breaks_the_graph():
+    """``forward(x)`` that warns, without ``fullgraph``: as many graphs as the hand-written
+    Function (on torch 2.15 it makes 1, the decorated class 0; torch 2.1: RecursionError)."""
+    made = build(Spec(warn=True))
     what = "torch.compile(backend='eager'), graphs counted"
-    check_like_control(made, "positional", _x(grad), compiled("eager", fullgraph=False), what)
+    check_like_control(made, "positional", _x(), compiled("eager", fullgraph=False), what)
 
 
 def test_message_class_keeps_the_words_and_drops_what_varies():

@@ -289,28 +289,27 @@ _dynamo_tracing: Callable[[], bool] = getattr(
 # and dynamo intercepts that. Where the user's forward breaks the graph (``warnings.warn``, say)
 # without ``fullgraph``, dynamo runs the call eagerly and compiles the frame of ``apply`` on its
 # own: with ``_dynamo_tracing()`` folded to True, that frame calls ``cls.apply`` eagerly, which is
-# itself again, until RecursionError. torch's own apply is never such a frame (its file is one
-# dynamo skips), so compatfn's apply is marked the same way at decoration: dynamo does not compile
-# it as a frame of its own (it still inlines it where it traces a caller, and still compiles the
-# frames it calls). ``torch._C._dynamo.eval_frame``: ``skip_code`` on torch 2.0-2.5 or so,
-# ``set_code_exec_strategy`` later; a no-op where neither exists (torch 1.x compiles nothing).
+# itself again, until RecursionError. So, at decoration, the code of ``apply`` is marked in
+# ``torch._C._dynamo.eval_frame`` (dynamo still inlines it where it traces a caller):
+# ``set_code_exec_strategy`` (torch 2.15; later releases too): the frame of ``apply`` is
+# compiled, ``torch.compile(Fn.apply)`` included, but nothing it calls eagerly is, so the eager
+# fallback runs ``apply`` and the user's forward uncompiled (a hand-written Function's forward is
+# compiled there, in pieces). Where torch has only ``skip_code`` (torch 2.1), skipping the frame
+# of ``apply`` breaks ``torch.compile(Fn.apply, fullgraph=True)``, so nothing is marked and the
+# RecursionError stays (both: strict xfails in tests/test_differential_regressions.py).
 def _dynamo_frame_skipper() -> Callable[[Any], None]:
     eval_frame = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
-    skip_code = getattr(eval_frame, "skip_code", None)
-    if skip_code is not None:
-        return skip_code  # type: ignore[no-any-return]
     set_strategy = getattr(eval_frame, "set_code_exec_strategy", None)
     action = getattr(eval_frame, "_FrameAction", None)
     strategy = getattr(eval_frame, "_FrameExecStrategy", None)
     if set_strategy is None or action is None or strategy is None:
         return lambda code: None
-    skip_top = strategy(action.SKIP, action.DEFAULT)
-    return lambda code: set_strategy(code, skip_top)
+    compiled_alone = strategy(action.DEFAULT, action.SKIP)
+    return lambda code: set_strategy(code, compiled_alone)
 
 
-#: Marks a code object as no frame dynamo compiles on its own. See NOTE: [apply is no frame of
-#: its own for dynamo].
-_skip_as_dynamo_frame: Callable[[Any], None] = _dynamo_frame_skipper()
+#: Marks the code of ``apply`` for dynamo. See NOTE: [apply is no frame of its own for dynamo].
+_mark_apply_for_dynamo: Callable[[Any], None] = _dynamo_frame_skipper()
 
 
 def _prepare_torch_func() -> None:
@@ -1678,7 +1677,7 @@ def _install_apply(cls: Any, record: _Decoration) -> None:
     # JIT") by ``Fn.apply.__self__`` for torch's bound apply, else by ``Fn.apply.__name__``.
     apply.__name__ = cls.__name__
     _script_as_python_call(apply, "IGNORE")
-    _skip_as_dynamo_frame(apply.__code__)
+    _mark_apply_for_dynamo(apply.__code__)
     _set(cls, record, "apply", staticmethod(apply))
     own_hook = cls.__dict__.get("__init_subclass__", _MISSING)
     record.originals.setdefault("__init_subclass__", own_hook)
