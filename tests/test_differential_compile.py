@@ -26,6 +26,7 @@ from differential_traced import (
     EXPORT,
     HAS_COMPILE,
     NON_STRICT,
+    breaks_the_graph,
     check_like_control,
     compiled,
     exported,
@@ -83,7 +84,7 @@ def test_graph_breaks_like_hand_written():
     @given(cases(warn=True))
     def check(case):
         made, style, args = case
-        assume(not known_core_bug(made.spec, args, "compile-graphs"))
+        assume(not breaks_the_graph(made, args))
         what = "torch.compile(backend='eager'), graphs counted"
         check_like_control(made, style, args, compiled("eager", fullgraph=False), what)
 

@@ -81,6 +81,24 @@ def test_graphs_of_a_forward_that_breaks_the_graph():
     check_like_control(made, "positional", _x(), compiled("eager", fullgraph=False), what)
 
 
+@pytest.mark.skipif(not HAS_COMPILE, reason=f"torch {torch.__version__} has no torch.compile")
+@pytest.mark.usefixtures("fresh_dynamo")
+@pytest.mark.xfail(
+    strict=True,
+    reason="core: a forward dynamo cannot trace (ctx.mark_dirty in the legacy form), compiled "
+    "without fullgraph, recurses in compatfn's apply until RecursionError (torch 2.1, 2.15)",
+)
+def test_compiled_in_place_mask_without_fullgraph():
+    """``forward(x, p0_bool=True)`` in place with a ``mark_non_differentiable`` mask, called
+    ``apply(x, True)`` without grad in ``torch.compile`` without ``fullgraph``: the hand-written
+    Function breaks the graph and makes one; the decorated one recursed."""
+    made = build(
+        Spec(params=(Param("p0_bool", "bool", "True"),), inplace=True, mask=True, materialize=False)
+    )
+    what = "torch.compile(backend='eager'), graphs counted"
+    check_like_control(made, "positional", _x(grad=False), compiled("eager", fullgraph=False), what)
+
+
 def test_message_class_keeps_the_words_and_drops_what_varies():
     """Names of the generated classes, addresses and source locations are normalised; the rest
     of the first line (words, numbers) is compared."""
