@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import re
 import warnings
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
@@ -48,12 +49,43 @@ WARNING_PLACES_CHECKED = True
 
 
 class Seen(NamedTuple):
-    """What one call showed: ``values`` (described outputs and gradients), or ``error``."""
+    """What one call showed: ``values`` (described outputs and gradients), or ``error``;
+    ``graphs``: how many graphs torch.compile made (None: not compiled, or not countable)."""
 
     values: Tuple[Any, ...]
     error: Optional[str]
     message: str
     warnings: Tuple[Tuple[str, int], ...]
+    graphs: Optional[int] = None
+
+
+#: What varies between two classes of the same math and between runs, in an error message: the
+#: class names (``Decorated``, ``HandWrittenBackward``, the spec module), memory addresses,
+#: source locations. Everything else -- the words, the numbers, the argument names -- is kept.
+_VARYING = (
+    (re.compile(r"\b\w*(?:Undecorated|Decorated|HandWritten|compatfn_spec_\d+_\d+)\w*\b"), "<Fn>"),
+    (re.compile(r"0x[0-9a-fA-F]+"), "<address>"),
+    (re.compile(r"(?:[\w.<>-]*/)+[\w.<>-]+\.py\b(?::\d+)?(?:, line \d+)?"), "<file>"),
+    (re.compile(r"\bline \d+"), "line <n>"),
+)
+
+
+def message_class(error: Optional[str], message: str) -> str:
+    """The stable class of an error: its type and the first line of its message with the
+    Function's name, memory addresses and source locations normalised (``""`` when it ran).
+
+    Example::
+
+        >>> message_class("ValueError", "coef -1.5 < 0 in Decorated at 0x7f3a")
+        'ValueError: coef -1.5 < 0 in <Fn> at <address>'
+    """
+    if error is None:
+        return ""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    for pattern, replacement in _VARYING:
+        text = pattern.sub(replacement, text)
+    return f"{error}: {text}"
 
 
 def describe(value: Any) -> Any:
@@ -94,6 +126,14 @@ def assert_same(
     assert got.error == expected.error, (
         f"{what}: decorated {got.error or 'ran'} ({got.message[:300]}) vs oracle "
         f"{expected.error or 'ran'} ({expected.message[:300]})"
+    )
+    assert message_class(got.error, got.message) == message_class(
+        expected.error, expected.message
+    ), f"{what}: decorated raised {got.message[:300]!r}\noracle raised {expected.message[:300]!r}"
+    # As many graphs as the oracle; or one, where the oracle breaks its graph (or gives up).
+    assert got.graphs == expected.graphs or (got.graphs == 1 and expected.graphs is not None), (
+        f"{what}: torch.compile made {got.graphs} graph(s) of the decorated class, "
+        f"{expected.graphs} of the oracle"
     )
     assert same(got.values, expected.values, exact), (
         f"{what}: {got.values!r}\n!=\n{expected.values!r}"

@@ -249,6 +249,22 @@ def test_compiling_apply_itself(legacy, grad):
             torch.testing.assert_close(got[1], expected[1])
 
 
+@pytest.mark.parametrize("legacy", PATHS)
+def test_compiling_apply_itself_compiles_the_function_as_for_the_control(legacy):
+    """``torch.compile(Fn.apply)`` with grad: the output comes from the node the control's does
+    (a compiled graph's where dynamo compiles the control's apply, else the Function's own);
+    core's mark on apply (NOTE: [apply is no frame of its own for dynamo]) must not leave it
+    uncompiled where the control is compiled."""
+    import torch._dynamo
+
+    def node(cls: Any) -> str:
+        torch._dynamo.reset()
+        y = torch.compile(cls.apply, backend="aot_eager")(_input(True), 0.5)
+        return type(y.grad_fn).__name__.replace(cls.__name__, "<Fn>")
+
+    assert node(make_clip(legacy)) == node(make_hand_written_clip())
+
+
 def test_features_report_compile_support():
     """``features()["compile"]`` names what torch does with setup_context-style classes written
     without compatfn: dynamo rejects them before torch 2.4 (pytorch #118397)."""

@@ -2,11 +2,14 @@
 wherever its hand-written legacy twin does, with the same values and gradients.
 
 ``torch.compile(fullgraph=True)`` with each backend (eager, aot_eager, inductor: one graph, no
-break), ``torch.export`` strict and non-strict, ``torch.jit.trace``: those this torch has. The
-hand-written class called the same way is the control: where it compiles (exports, traces), the
-decorated class must too, bit for bit equal; where it fails, the decorated class fails with the
-same exception type or works, equal to the control called positionally (every parameter given:
-plain ``apply`` takes no keywords in compiled code before torch 2.13).
+break), ``torch.compile`` without ``fullgraph`` (graphs counted with dynamo's
+``CompileCounterWithBackend``: as many as the control makes, or one), ``torch.export`` strict
+and non-strict, ``torch.jit.trace``: those this torch has. The hand-written class called the same
+way is the control: where it compiles (exports, traces), the decorated class must too, bit for
+bit equal; where it fails, the decorated class fails with the same exception type and message
+class (``differential_support.message_class``) or works, equal to the control called
+positionally (every parameter given: plain ``apply`` takes no keywords in compiled code before
+torch 2.13).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from differential_traced import (
     EXPORT,
     HAS_COMPILE,
     NON_STRICT,
+    breaks_the_graph,
     check_like_control,
     compiled,
     exported,
@@ -36,8 +40,9 @@ fresh = pytest.mark.usefixtures("fresh_dynamo")
 
 
 @st.composite
-def cases(draw: Any) -> Tuple[Made, str, Arguments]:
-    made = build(draw(specs(traced=True), label="spec"))
+def cases(draw: Any, warn: bool = False) -> Tuple[Made, str, Arguments]:
+    """A spec (``warn``: also one that warns, which breaks the graph), arguments, a call style."""
+    made = build(draw(specs(traced=not warn), label="spec"))
     args = draw(arguments(made.spec), label="arguments")
     style = draw(st.sampled_from(sorted(calls(made.spec, args, defaults(made.hand_written)))))
     return made, style, args
@@ -65,6 +70,23 @@ def test_compiles_like_hand_written(backend, examples):
             compiled(backend),
             f"torch.compile(backend={backend!r}, fullgraph=True)",
         )
+
+    check()
+
+
+@pytest.mark.skipif(not HAS_COMPILE, reason=f"torch {torch.__version__} has no torch.compile")
+@fresh
+def test_graph_breaks_like_hand_written():
+    """Without ``fullgraph``: the decorated class makes as many graphs as the hand-written one
+    (one where it has one; where it breaks the graph, as many pieces)."""
+
+    @budget(8)
+    @given(cases(warn=True))
+    def check(case):
+        made, style, args = case
+        assume(not breaks_the_graph(made, args))
+        what = "torch.compile(backend='eager'), graphs counted"
+        check_like_control(made, style, args, compiled("eager", fullgraph=False), what)
 
     check()
 

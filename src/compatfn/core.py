@@ -291,6 +291,36 @@ _dynamo_tracing: Callable[[], bool] = getattr(
 )
 
 
+# NOTE: [apply is no frame of its own for dynamo]
+# A native ``apply`` hands the call to ``cls.apply`` while dynamo traces it (``_apply_native``),
+# and dynamo intercepts that. Where the user's forward breaks the graph (``warnings.warn``, say)
+# without ``fullgraph``, dynamo runs the call eagerly and compiles the frame of ``apply`` on its
+# own: with ``_dynamo_tracing()`` folded to True, that frame calls ``cls.apply`` eagerly, which is
+# itself again, until RecursionError. So, at decoration, the code of ``apply`` is marked in
+# ``torch._C._dynamo.eval_frame`` (dynamo still inlines it where it traces a caller):
+# ``set_code_exec_strategy`` (torch 2.15; later releases too): the frame of ``apply`` is
+# compiled, ``torch.compile(Fn.apply)`` included, but nothing it calls eagerly is, so the eager
+# fallback runs ``apply`` and the user's forward uncompiled (a hand-written Function's forward is
+# compiled there, in pieces). It does not cover every case: an in-place forward that dynamo
+# cannot trace, called ``Fn.apply(*args)``, still recurses on 2.15. Where torch has only
+# ``skip_code`` (torch 2.1), skipping the frame of ``apply`` breaks ``torch.compile(Fn.apply,
+# fullgraph=True)``, so nothing is marked and the RecursionError stays (all: strict xfails in
+# tests/test_differential_regressions.py).
+def _dynamo_frame_skipper() -> Callable[[Any], None]:
+    eval_frame = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
+    set_strategy = getattr(eval_frame, "set_code_exec_strategy", None)
+    action = getattr(eval_frame, "_FrameAction", None)
+    strategy = getattr(eval_frame, "_FrameExecStrategy", None)
+    if set_strategy is None or action is None or strategy is None:
+        return lambda code: None
+    compiled_alone = strategy(action.DEFAULT, action.SKIP)
+    return lambda code: set_strategy(code, compiled_alone)
+
+
+#: Marks the code of ``apply`` for dynamo. See NOTE: [apply is no frame of its own for dynamo].
+_mark_apply_for_dynamo: Callable[[Any], None] = _dynamo_frame_skipper()
+
+
 def _prepare_torch_func() -> None:
     """Do what this torch needs before a first torch.func transform (import torch._dynamo on
     torch 2.3.x, see ``_FUNC_NEEDS_DYNAMO_IMPORTED``); nothing elsewhere.
@@ -1655,7 +1685,11 @@ def _install_apply(cls: Any, record: _Decoration) -> None:
     apply.__doc__ = f"Apply {name}; arguments as for forward{inspect.signature(record.forward)}."
     apply.__module__ = cls.__module__
     apply.__qualname__ = f"{name}.apply"  # pickle finds it by reference: getattr(cls, "apply")
+    # torch.jit.trace names a Function's node (and its errors: "inplace Fn not supported in the
+    # JIT") by ``Fn.apply.__self__`` for torch's bound apply, else by ``Fn.apply.__name__``.
+    apply.__name__ = cls.__name__
     _script_as_python_call(apply, "IGNORE")
+    _mark_apply_for_dynamo(apply.__code__)
     _set(cls, record, "apply", staticmethod(apply))
     own_hook = cls.__dict__.get("__init_subclass__", _MISSING)
     record.originals.setdefault("__init_subclass__", own_hook)

@@ -1,8 +1,9 @@
 """Test helpers for downstream suites: prove a Function correct on the torch you run.
 
 * :func:`check_function` runs gradcheck, gradgradcheck, forward-mode AD, native-vs-legacy parity,
-  ``torch.func.vmap`` and ``torch.compile`` -- each where it applies and the running torch supports
-  it -- and returns a :class:`CheckReport` saying what ran and why anything was skipped.
+  ``torch.func.vmap``, ``torch.compile`` and ``torch.export`` -- each where it applies and the
+  running torch supports it -- and returns a :class:`CheckReport` saying what ran and why
+  anything was skipped.
 * :func:`saved_bytes` measures what one call keeps alive for backward.
 
 Example::
@@ -18,7 +19,9 @@ Layout: the public API is here (:func:`check_function` with its report, :func:`s
 :func:`opcheck` from :mod:`compatfn.library`); ``_case`` holds one call's inputs and how they are
 run, ``_checks`` the checks (one small function each, registered by name with ``@_check``),
 ``_compare`` how results are compared, ``_compile_probes`` the torch.compile probes (with the one
-function that reads dynamo's messages). Torch facts come from :mod:`compatfn.core`.
+function that reads dynamo's messages), ``_call_styles`` the ways users call a Function and the
+plain-torch control, ``_export`` the ``export`` check's exporting. Torch facts come from
+:mod:`compatfn.core`.
 """
 
 from __future__ import annotations
@@ -36,7 +39,16 @@ from compatfn.testing._checks import REGISTRY
 __all__ = ["CHECKS", "CheckReport", "check_function", "opcheck", "saved_bytes"]
 
 #: Every check :func:`check_function` knows, in the order it runs them.
-CHECKS = ("forward", "gradcheck", "gradgradcheck", "forward_ad", "parity", "vmap", "compile")
+CHECKS = (
+    "forward",
+    "gradcheck",
+    "gradgradcheck",
+    "forward_ad",
+    "parity",
+    "vmap",
+    "compile",
+    "export",
+)
 
 
 @dataclass
@@ -103,6 +115,12 @@ def check_function(
       torch 2.1); a call style, only where a plain-torch Function with forward's parameters
       fails to compile that call with the same exception (``"compile (call styles)"``). Any
       other failure is a failure.
+    * ``export``: ``torch.export.export`` of a module calling ``fn.apply(...)`` directly, strict
+      and non-strict where this torch has both, on copies of the inputs that do not require
+      grad, matches eager, in the same call styles. Skipped, with the reason, only where a
+      plain-torch Function (legacy form, no compatfn) with forward's parameters, or one using a
+      ctx method the failure names, fails to export the same way; any other failure is a
+      failure.
 
     ``fn`` is a Function class; a plain callable (e.g. a functional wrapper) gets the checks that
     need no class. Inputs that should get gradients need ``requires_grad=True``; pick values away

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 
 import torch
 
-__all__ = ["CallStyle", "call_styles", "plain_control", "plain_style_failure"]
+__all__ = ["CallStyle", "call_styles", "direct_apply", "plain_control", "plain_style_failure"]
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
@@ -101,10 +101,20 @@ def call_styles(
     return styles
 
 
+def direct_apply(cls: Any) -> Callable[..., Any]:
+    """``cls.apply(...)`` looked up where it is called, as in a user's compiled code: dynamo
+    intercepts the attribute of the class there (a bound ``apply`` it would merely call)."""
+
+    def apply(*args: Any, **kwargs: Any) -> Any:
+        return cls.apply(*args, **kwargs)
+
+    return apply
+
+
 def plain_control(signature: inspect.Signature, inputs: Sequence[Any]) -> Any:
     """A plain-torch Function, legacy form, no compatfn, with forward's parameters and defaults:
-    forward returns its first tensor argument times one. Torch's own limits on a call style show
-    on it; the Function's math does not."""
+    forward reads each parameter and returns its first tensor argument times one. Torch's own
+    limits on a call style show on it; the Function's math does not."""
     params = list(signature.parameters.values())
     names = [p.name for p in params]
     text = ", ".join(
@@ -112,9 +122,20 @@ def plain_control(signature: inspect.Signature, inputs: Sequence[Any]) -> Any:
         for n, p in zip(names, params)
     )
     first = next((i for i, v in enumerate(inputs) if isinstance(v, torch.Tensor)), 0)
-    namespace: Dict[str, Any] = {"_defaults": {p.name: p.default for p in params}}
+    namespace: Dict[str, Any] = {
+        "_defaults": {p.name: p.default for p in params},
+        "_Tensor": torch.Tensor,
+    }
+    # Each parameter is read as forward's math reads it: dynamo guards on the values it reads
+    # (torch 2.1 fails on a default it reads when no input requires grad).
+    reads = "".join(
+        f"    if not (isinstance({n}, _Tensor) or {n} == {n} or {n} != {n}):\n"
+        f"        raise AssertionError({n!r})\n"
+        for n in names
+    )
     source = (
         f"def forward(ctx, {text}):\n"
+        f"{reads}"
         f"    return {names[first]} * 1\n"
         f"def backward(ctx, grad):\n"
         f"    return (None,) * {first} + (grad,) + (None,) * {len(names) - first - 1}\n"

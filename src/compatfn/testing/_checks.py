@@ -17,7 +17,13 @@ import torch
 
 import compatfn
 from compatfn import core
-from compatfn.testing._call_styles import CallStyle, call_styles, plain_control, plain_style_failure
+from compatfn.testing._call_styles import (
+    CallStyle,
+    call_styles,
+    direct_apply,
+    plain_control,
+    plain_style_failure,
+)
 from compatfn.testing._case import (
     Case,
     diff_inputs,
@@ -29,6 +35,7 @@ from compatfn.testing._case import (
 )
 from compatfn.testing._compare import Comparison
 from compatfn.testing._compile_probes import read_dynamo_failure, torch_ctx_limitation
+from compatfn.testing._export import export_modes, export_unsupported, exported_matches_eager
 
 __all__ = ["REGISTRY"]
 
@@ -160,7 +167,7 @@ def _check_compile(case: Case) -> Optional[str]:
         ("compatfn.functional", compatfn.functional(case.fn) if case.is_class else case.fn)
     ]
     if case.is_class:  # a direct Fn.apply compiles wherever a hand-written Function does
-        targets.append(("apply", _direct_apply(case.fn)))
+        targets.append(("apply", direct_apply(case.fn)))
     skipped: List[str] = []
     for style in call_styles(_user_signature(case), len(case.inputs), case.kwargs):
         for label, target in targets:
@@ -172,6 +179,42 @@ def _check_compile(case: Case) -> Optional[str]:
     if skipped:
         case.notes["compile (call styles)"] = "; ".join(dict.fromkeys(skipped))
     return None
+
+
+@_check("export")
+def _check_export(case: Case) -> Optional[str]:
+    why = export_unsupported() or core._dynamo_unsupported()
+    if why:
+        return why
+    modes = export_modes()
+    if len(modes) == 1:
+        case.notes["export (non-strict)"] = (
+            f"torch {torch.__version__}'s torch.export.export has no strict= (always strict)"
+        )
+    if case.defines("jvp"):
+        case.notes["export (strict)"] = "dynamo does not trace Functions that define a custom jvp"
+        modes = [m for m in modes if m[0] != "strict"]
+    target = direct_apply(case.fn) if case.is_class else case.fn
+    signature = _user_signature(case)
+    close = Comparison(case.name, "export", exact=False, rtol=case.rtol, atol=case.atol)
+
+    def fail(detail: str) -> AssertionError:
+        return case.failure("export", detail)
+
+    ran, skipped = False, []
+    for mode in modes:
+        for style in call_styles(signature, len(case.inputs), case.kwargs):
+            why = exported_matches_eager(
+                target, style, case.inputs, mode, signature, close.check, fail
+            )
+            if why and style.label == "as given":
+                case.notes[f"export ({mode[0]})"] = why
+                break
+            ran = ran or not why
+            skipped += [why] if why else []
+    if skipped:
+        case.notes["export (call styles)"] = "; ".join(dict.fromkeys(skipped))
+    return None if ran else "; ".join(case.notes.pop(k) for k in list(case.notes))
 
 
 # --------------------------------------------------------------------------- check helpers
@@ -254,16 +297,6 @@ def _vmap_matches_loop(case: Case) -> None:
     loop = [grad_fn(*base), grad_fn(*second)]
     expect_g = [torch.stack([a, b]) for a, b in zip(loop[0], loop[1])]
     close.check("vmap(grad) vs loop", list(got_g), expect_g)
-
-
-def _direct_apply(cls: Any) -> Callable[..., Any]:
-    """``cls.apply(...)`` looked up where it is called, as in a user's compiled code: dynamo
-    intercepts the attribute of the class there (a bound ``apply`` it would merely call)."""
-
-    def apply(*args: Any, **kwargs: Any) -> Any:
-        return cls.apply(*args, **kwargs)
-
-    return apply
 
 
 def _user_signature(case: Case) -> Optional[inspect.Signature]:

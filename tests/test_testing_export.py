@@ -1,0 +1,78 @@
+"""check_function's ``export`` check: ``torch.export`` (strict, and non-strict where torch has
+it) of a module calling ``Fn.apply`` in each call style, compared with eager; a failure is a
+skip only where a plain-torch control fails the same way (``compatfn.testing._export``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import compatfn
+from compatfn.relu import ClippedReLU
+from compatfn.testing import check_function
+from compatfn.testing._export import export_modes, export_unsupported
+
+WHY_NOT = export_unsupported() or compatfn.core._dynamo_unsupported()
+needs_export = pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
+
+
+def _x() -> torch.Tensor:
+    return torch.tensor([-1.5, -0.25, 0.25, 0.75, 1.5, 3.0], dtype=torch.double, requires_grad=True)
+
+
+@pytest.mark.skipif(WHY_NOT is None, reason="this torch exports")
+def test_a_torch_without_export_skips_visibly():
+    report = check_function(ClippedReLU, _x(), 2.0, checks=["export"])
+    assert report.ran == [] and report.skipped["export"] == WHY_NOT, str(report)
+
+
+@needs_export
+def test_readme_clipped_relu_exports_in_every_mode_and_call_style():
+    report = check_function(ClippedReLU, _x(), 2.0, checks=["export"])
+    assert report.ran == ["export"], str(report)
+    modes = [label for label, _ in export_modes()]
+    for label in ("strict", "non-strict"):
+        assert (label in modes) == (f"export ({label})" not in report.skipped), str(report)
+    # A call style may be skipped only with the plain control's proof (torch 2.1 strict export
+    # fails a plain Function too when a default it reads is left out).
+    skipped = report.skipped.get("export (call styles)", "")
+    assert skipped == "" or "a plain legacy-form Function with the same signature" in skipped
+
+
+@compatfn.function
+class ClipToMax(torch.autograd.Function):
+    """Correct in eager; its forward reads a tensor's value into Python (``float(...)``), which
+    torch.export cannot trace, where a plain Function of the same signature exports."""
+
+    @staticmethod
+    def forward(x):  # type: ignore[no-untyped-def,override]
+        return x.clamp(0, float(x.max()) / 2)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def,override]
+        (x,) = inputs
+        ctx.save_for_backward((x > 0) & (x < float(x.max()) / 2))
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[no-untyped-def,override]
+        (mask,) = ctx.saved_tensors
+        return grad * mask
+
+
+@needs_export
+def test_a_class_that_does_not_export_fails_the_check():
+    """A failure the plain control does not share is a failure, not a skip."""
+    with pytest.raises(AssertionError, match=r"failed \[export\].*torch\.export \((non-)?strict\)"):
+        check_function(ClipToMax, _x(), checks=["export"])
+
+
+@needs_export
+def test_a_wrong_exported_result_fails_the_check(monkeypatch):
+    """The exported program's result is compared with eager's."""
+    from compatfn.testing import _export
+
+    real = _export._run_exported
+    monkeypatch.setattr(_export, "_run_exported", lambda *a: real(*a) + 1)
+    with pytest.raises(AssertionError, match=r"failed \[export\].*exported \(strict\)"):
+        check_function(ClippedReLU, _x(), 2.0, checks=["export"])
