@@ -298,14 +298,14 @@ _dynamo_tracing: Callable[[], bool] = getattr(
 # own: with ``_dynamo_tracing()`` folded to True, that frame calls ``cls.apply`` eagerly, which is
 # itself again, until RecursionError. So, at decoration, the code of ``apply`` is marked in
 # ``torch._C._dynamo.eval_frame`` (dynamo still inlines it where it traces a caller):
-# ``set_code_exec_strategy`` (torch 2.15; later releases too): the frame of ``apply`` is
+# ``set_code_exec_strategy`` (torch >= 2.8; run on 2.8, 2.13, 2.15): the frame of ``apply`` is
 # compiled, ``torch.compile(Fn.apply)`` included, but nothing it calls eagerly is, so the eager
 # fallback runs ``apply`` and the user's forward uncompiled (a hand-written Function's forward is
 # compiled there, in pieces). It does not cover every case: an in-place forward that dynamo
-# cannot trace, called ``Fn.apply(*args)``, still recurses on 2.15. Where torch has only
-# ``skip_code`` (torch 2.1), skipping the frame of ``apply`` breaks ``torch.compile(Fn.apply,
-# fullgraph=True)``, so nothing is marked and the RecursionError stays (all: strict xfails in
-# tests/test_differential_regressions.py).
+# cannot trace, called ``Fn.apply(*args)``, still recurses on 2.13 and 2.15 (not on 2.8). Where
+# torch has only ``skip_code`` (torch 2.1), skipping the frame of ``apply`` breaks
+# ``torch.compile(Fn.apply, fullgraph=True)``, so nothing is marked and the RecursionError stays
+# (all: xfails in tests/test_differential_regressions.py).
 def _dynamo_frame_skipper() -> Callable[[Any], None]:
     eval_frame = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
     set_strategy = getattr(eval_frame, "set_code_exec_strategy", None)
