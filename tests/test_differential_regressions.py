@@ -84,7 +84,7 @@ def test_graphs_of_a_forward_that_breaks_the_graph():
 @pytest.mark.skipif(not HAS_COMPILE, reason=f"torch {torch.__version__} has no torch.compile")
 @pytest.mark.usefixtures("fresh_dynamo")
 @pytest.mark.xfail(
-    strict=False,  # measured: recurses on 2.1, 2.13 and 2.15, passes on 2.8; others not measured
+    strict=False,  # measured: recurses on 2.1, 2.13, 2.15; passes on 2.2, 2.8; others not run
     reason="core: a forward dynamo cannot trace (ctx.mark_dirty in the legacy form), compiled "
     "without fullgraph, recurses in compatfn's apply until RecursionError (torch 2.1, 2.13, 2.15)",
 )
