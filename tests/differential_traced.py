@@ -14,6 +14,7 @@ from typing import Any, Callable, Tuple
 
 import torch
 
+from compatfn import core
 from differential_support import (
     Seen,
     assert_same,
@@ -26,7 +27,8 @@ from differential_support import (
 from function_specs import Made, Spec
 from spec_arguments import Arguments, Call, calls, canonical, defaults, substitute
 
-HAS_COMPILE = hasattr(torch, "compile")
+#: torch.compile exists and dynamo runs on this Python (torch 2.0 has none on Python 3.11).
+HAS_COMPILE = hasattr(torch, "compile") and core._dynamo_unsupported() is None
 EXPORT = getattr(getattr(torch, "export", None), "export", None)
 NON_STRICT = EXPORT is not None and "strict" in inspect.signature(EXPORT).parameters
 #: Runs a class in one traced context (``eager=True``: the same call, not traced).

@@ -452,9 +452,16 @@ _CONTEXT_NEEDS = {
 }
 
 
+#: ``checkpoint(..., use_reentrant=False)`` is torch >= 1.11 (1.10 has saved-tensor hooks but
+#: refuses the keyword: "Unexpected keyword arguments: use_reentrant").
+_NO_USE_REENTRANT = tuple(int(p) for p in torch.__version__.split(".")[:2]) < (1, 11)
+
+
 def context_missing(name: str) -> Optional[str]:
     """Why this torch cannot run the context ``name``, or None."""
     attribute, owner = _CONTEXT_NEEDS.get(name, ("__name__", torch))
+    if name == "checkpoint" and _NO_USE_REENTRANT:
+        return f"torch {torch.__version__} has no non-reentrant checkpoint (torch >= 1.11)"
     if hasattr(owner, attribute):
         return None
     return f"torch {torch.__version__} has no {owner.__name__}.{attribute} (context {name})"
