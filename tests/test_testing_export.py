@@ -33,7 +33,9 @@ def test_readme_clipped_relu_exports_in_every_mode_and_call_style():
     assert report.ran == ["export"], str(report)
     modes = [label for label, _ in export_modes()]
     for label in ("strict", "non-strict"):
-        assert (label in modes) == (f"export ({label})" not in report.skipped), str(report)
+        skipped = report.skipped.get(f"export ({label})", "")
+        proven = "a plain legacy-form Function with the same signature" in skipped  # torch 2.2
+        assert (label in modes) == (not skipped or proven), str(report)
     # A call style may be skipped only with the plain control's proof (torch 2.1 strict export
     # fails a plain Function too when a default it reads is left out).
     skipped = report.skipped.get("export (call styles)", "")
@@ -74,5 +76,7 @@ def test_a_wrong_exported_result_fails_the_check(monkeypatch):
 
     real = _export._run_exported
     monkeypatch.setattr(_export, "_run_exported", lambda *a: real(*a) + 1)
-    with pytest.raises(AssertionError, match=r"failed \[export\].*exported \(strict\)"):
+    # (the first mode that exports: torch 2.2 cannot export this class strictly with a default
+    # left out, which the plain control proves a torch limit)
+    with pytest.raises(AssertionError, match=r"failed \[export\].*exported \((non-)?strict\)"):
         check_function(ClippedReLU, _x(), 2.0, checks=["export"])
