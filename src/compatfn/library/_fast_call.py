@@ -108,9 +108,10 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     globals_.update(count=count, autograd_returned=as_autograd_returned)
     again = "$autograd_returned($count, {})"
     short = []
+    globals_["excluded"] = autograd_excluded
+    # Every tensor is an inference tensor (torch 1.9 makes them but cannot tell them).
+    inference = " and ".join(f"{t}.is_inference()" for t in tensors if HAS_IS_INFERENCE) or "False"
     if BelowAutograd is not None:  # See NOTE: [where torch's Autograd kernel runs]
-        globals_["excluded"] = autograd_excluded
-        inference = " and ".join(f"{t}.is_inference()" for t in tensors) or "False"
         below = [f"    {line}" for line in below_autograd_lines(call, globals_)]
         if count >= 2:
             short += ["if $excluded():", f"    {call}", f"    return {checked}"]
@@ -124,9 +125,7 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     else:  # torch 1.8 to 1.12: no guard; a graph the kernel recorded is dropped
         branch = "if"
         if HAS_INFERENCE_MODE:  # 1.9 to 1.12: inference mode is what excludes autograd
-            globals_["excluded"] = autograd_excluded
-            inference = " and ".join(f"{t}.is_inference()" for t in tensors if HAS_IS_INFERENCE)
-            short += [f"if $excluded() or {inference or 'False'}:", f"    {call}"]
+            short += [f"if $excluded() or {inference}:", f"    {call}"]
             if count >= 2:
                 short += [f"    return {checked}"]
             branch = "elif"
