@@ -24,7 +24,7 @@ from differential_support import (
     message_class,
     observe,
 )
-from function_specs import Made, Spec
+from function_specs import Made
 from spec_arguments import Arguments, Call, calls, canonical, defaults, substitute
 
 #: torch.compile exists and dynamo runs on this Python (torch 2.0 has none on Python 3.11).
@@ -145,30 +145,3 @@ def check_like_control(made: Made, style: str, args: Arguments, run: Runner, wha
     eager = run(hand, canonical(made.spec, args, defaults(hand)), args, eager=True)
     eager = eager._replace(graphs=None if got.graphs is None else 1)
     assert_same(got, eager, where, check_warnings=False, exact=False)
-
-
-#: Whether dynamo marks code with ``set_code_exec_strategy`` (torch 2.15): core compiles the
-#: frame of ``apply`` but nothing it calls eagerly (NOTE: [apply is no frame of its own for
-#: dynamo] in core).
-EXEC_STRATEGY = hasattr(
-    getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None), "set_code_exec_strategy"
-)
-
-
-def known_core_bug(spec: Spec, args: Arguments, context: str) -> bool:
-    """Whether this case is a core bug a strict-xfail regression test tracks: the property
-    tests do not draw it until that test passes and its clause here goes.
-
-    ``compile-graphs``: see :func:`breaks_the_graph` (it needs the built classes)."""
-    return False
-
-
-def breaks_the_graph(made: Made, args: Arguments) -> bool:
-    """Whether the hand-written Function, called positionally, breaks dynamo's graph (fails
-    with ``fullgraph=True``). Without ``fullgraph``, the decorated class then makes fewer graphs
-    (its forward runs uncompiled after the break) or recurses until RecursionError: a core bug
-    the strict xfails ``test_graphs_of_a_forward_that_breaks_the_graph`` and
-    ``test_compiled_in_place_mask_without_fullgraph`` track; the graph-count property test does
-    not draw such cases until they pass."""
-    call = canonical(made.spec, args, defaults(made.hand_written))
-    return compiled("eager")(made.hand_written, call, args).error is not None

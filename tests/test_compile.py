@@ -252,9 +252,9 @@ def test_compiling_apply_itself(legacy, grad):
 @pytest.mark.parametrize("legacy", PATHS)
 def test_compiling_apply_itself_compiles_the_function_as_for_the_control(legacy):
     """``torch.compile(Fn.apply)`` with grad: the output comes from the node the control's does
-    (a compiled graph's where dynamo compiles the control's apply, else the Function's own);
-    core's mark on apply (NOTE: [apply is no frame of its own for dynamo]) must not leave it
-    uncompiled where the control is compiled."""
+    (a compiled graph's where dynamo compiles the control's apply, else the Function's own):
+    what core hands dynamo (NOTE: [what dynamo traces]) must not leave it uncompiled where the
+    control is compiled."""
     import torch._dynamo
 
     def node(cls: Any) -> str:

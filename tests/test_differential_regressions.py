@@ -1,8 +1,7 @@
 """The differences the differential suite found, each as the spec hypothesis shrank it to.
 
 A difference that is a core bug not fixed yet is a strict xfail naming it: it turns into a
-failure the moment the core is fixed, and the xfail (and its entry in
-``differential_traced.known_core_bug``) goes.
+failure the moment the core is fixed, and the xfail goes.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import torch
 
 from differential_support import Seen, assert_same, in_context, message_class
 from differential_traced import (
-    EXEC_STRATEGY,
     EXPORT,
     HAS_COMPILE,
     check_like_control,
@@ -24,17 +22,6 @@ from differential_traced import (
 )
 from function_specs import Param, Spec, build
 from spec_arguments import PATTERNS, Arguments, calls, defaults
-
-#: Where dynamo has no set_code_exec_strategy (torch 2.1 to 2.7) a graph-breaking forward compiled
-#: without fullgraph recurses in compatfn's apply (NOTE: [apply is no frame of its own for
-#: dynamo]): a RecursionError on 2.1 and 2.2, a C stack overflow that aborts the interpreter on 2.3
-#: (measured), so these known-bug tests do not run there.
-RECURSES = pytest.mark.skipif(
-    not EXEC_STRATEGY,
-    reason=f"known core bug on torch {torch.__version__}: a graph-breaking forward compiled "
-    "without fullgraph recurses in compatfn's apply (RecursionError, or an interpreter abort on "
-    "torch 2.3); see docs/compile-export.md",
-)
 
 
 def _x(grad: bool = True) -> Arguments:
@@ -55,12 +42,11 @@ def test_compiled_in_place_with_bool_default_left_out():
 @pytest.mark.usefixtures("fresh_dynamo")
 @pytest.mark.parametrize("inplace", [False, True], ids=["out-of-place", "in-place"])
 @pytest.mark.parametrize("grad", [True, False], ids=["grad", "no-grad"])
-@RECURSES
 def test_compiled_warning_in_forward_without_fullgraph(inplace, grad):
     """``forward(x)`` that warns, in ``torch.compile`` without ``fullgraph``: the warning breaks
     the graph and dynamo compiled compatfn's apply as a frame of its own, which called itself
-    until RecursionError (NOTE: [apply is no frame of its own for dynamo]). Values and errors
-    (graphs: the next test)."""
+    until RecursionError (torch 2.1-2.7 and, in place, 2.13+; an interpreter abort on 2.3). See
+    NOTE: [what dynamo traces] in core. Values and errors (graphs: the next test)."""
     made = build(Spec(warn=True, inplace=inplace, materialize=not inplace))
     counted = compiled("eager", fullgraph=False)
 
@@ -73,16 +59,10 @@ def test_compiled_warning_in_forward_without_fullgraph(inplace, grad):
 
 @pytest.mark.skipif(not HAS_COMPILE, reason=f"torch {torch.__version__} has no torch.compile")
 @pytest.mark.usefixtures("fresh_dynamo")
-@RECURSES
-@pytest.mark.xfail(
-    strict=True,
-    reason="core: after the graph break, a decorated forward runs uncompiled where a "
-    "hand-written one is compiled in pieces (torch 2.8+) "
-    "(differential_traced.known_core_bug)",
-)
 def test_graphs_of_a_forward_that_breaks_the_graph():
     """``forward(x)`` that warns, without ``fullgraph``: as many graphs as the hand-written
-    Function (on torch 2.15 it makes 1, the decorated class 0; torch 2.1: RecursionError)."""
+    Function (on torch 2.8-2.15 the decorated class made 0 where it makes 1: its forward ran
+    uncompiled after the break; torch 2.1: RecursionError)."""
     made = build(Spec(warn=True))
     what = "torch.compile(backend='eager'), graphs counted"
     check_like_control(made, "positional", _x(), compiled("eager", fullgraph=False), what)
@@ -90,21 +70,34 @@ def test_graphs_of_a_forward_that_breaks_the_graph():
 
 @pytest.mark.skipif(not HAS_COMPILE, reason=f"torch {torch.__version__} has no torch.compile")
 @pytest.mark.usefixtures("fresh_dynamo")
-@RECURSES
-@pytest.mark.xfail(
-    strict=False,  # measured: recurses on 2.13 and 2.15, passes on 2.8; others not run
-    reason="core: a forward dynamo cannot trace (ctx.mark_dirty in the legacy form), compiled "
-    "without fullgraph, recurses in compatfn's apply until RecursionError (torch 2.1, 2.13, 2.15)",
-)
 def test_compiled_in_place_mask_without_fullgraph():
     """``forward(x, p0_bool=True)`` in place with a ``mark_non_differentiable`` mask, called
     ``apply(x, True)`` without grad in ``torch.compile`` without ``fullgraph``: the hand-written
-    Function breaks the graph and makes one; the decorated one recursed."""
+    Function breaks the graph and makes one; the decorated one recursed (torch 2.1, 2.13, 2.15)."""
     made = build(
         Spec(params=(Param("p0_bool", "bool", "True"),), inplace=True, mask=True, materialize=False)
     )
     what = "torch.compile(backend='eager'), graphs counted"
     check_like_control(made, "positional", _x(grad=False), compiled("eager", fullgraph=False), what)
+
+
+@pytest.mark.skipif(not HAS_COMPILE, reason=f"torch {torch.__version__} has no torch.compile")
+@pytest.mark.usefixtures("fresh_dynamo")
+@pytest.mark.parametrize("grad", [True, False], ids=["grad", "no-grad"])
+def test_graphs_of_an_in_place_forward_that_breaks_the_graph(grad):
+    """``forward(x)`` in place that warns, without ``fullgraph``: the same values and errors, and
+    at least the hand-written Function's graphs (a known difference, not a break compatfn adds):
+    after the break, torch 2.13+ compiles the rest of the decorated forward, which has no ctx,
+    and runs the hand-written one's eagerly (dynamo traces ``ctx.mark_dirty`` only inside
+    apply), one graph more (measured 2.13, 2.15; 2.1 and 2.8 make as many)."""
+    made = build(Spec(warn=True, inplace=True, materialize=False))
+    run = compiled("eager", fullgraph=False)
+    call = calls(made.spec, _x(grad), defaults(made.hand_written))["positional"]
+    control = run(made.hand_written, call, _x(grad))
+    got = run(made.decorated, call, _x(grad))
+    assert control.error is None and control.graphs is not None, control
+    assert_same(got._replace(graphs=None), control._replace(graphs=None), made.source, False)
+    assert got.graphs is not None and got.graphs >= control.graphs, (got.graphs, control.graphs)
 
 
 def test_message_class_keeps_the_words_and_drops_what_varies():

@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("libcst")
 from compatfn.migrate._verify import compare_calls, report
-from migrate_support import LEGACY_SQUARE, migrate_cli
+from migrate_support import LEGACY_SQUARE, REFUSED_SQUARE, migrate_cli
 
 
 def _call(x: float, grad: float) -> dict:
@@ -106,6 +106,20 @@ def test_verify_runs_the_command_on_both_trees_and_compares_every_call(tmp_path)
     assert done.returncode == 0, done.stderr
     assert "lib/ops.py: lib.ops.Square: 2 calls, 2 identical: identical" in done.stdout
     assert (cwd / "lib" / "ops.py").read_text() == LEGACY_SQUARE  # the tree is left as it was
+
+
+def test_verify_prints_what_migrate_refused_and_noted(tmp_path):
+    """The refusals (and notes) ``migrate`` prints go to stderr under --verify too, with the
+    file's path in the user's tree, not in verify's copies."""
+    import sys
+
+    cwd = _project(tmp_path)
+    (cwd / "lib" / "other.py").write_text(REFUSED_SQUARE)
+    done = migrate_cli("lib", "--verify", sys.executable, "check.py", cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    refusal = [line for line in done.stderr.splitlines() if ": Square: " in line]
+    assert len(refusal) == 1 and refusal[0].startswith("lib/other.py:"), done.stderr
+    assert "compatfn-verify-" not in done.stderr
 
 
 SLEEPER = """\

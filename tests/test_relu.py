@@ -192,9 +192,6 @@ def test_check_function(name: str, device: torch.device) -> None:
     checks = None
     if name == "InplaceReLU":  # compile: see test_compile_runs_or_skips_for_a_proven_limitation
         checks = [c for c in compatfn.testing.CHECKS if c != "compile"]
-        if TORCH[:2] == (2, 2):  # torch 2.2 exports no in-place Function, hand-written included,
-            # with errors naming no ctx method: the export check cannot prove it torch's limit
-            checks.remove("export")
     report = check_function(cls, x, *extra, checks=checks)
     assert {"forward", "gradcheck", "gradgradcheck"} <= set(report.ran), str(report)
     assert all(reason for reason in report.skipped.values()), str(report)

@@ -15,13 +15,15 @@ from typing import Dict, Tuple
 from compatfn import matrix
 from compatfn.matrix import ROWS, Row
 
-#: The rows a bare ``nox`` (and CI) runs: the oldest, the last 1.x, the first 2.x releases and
-#: the newest.
-DEFAULT: Tuple[str, ...] = (ROWS[0].key, "1.13", "2.0", "2.1", ROWS[-1].key)
+#: The rows a bare ``nox`` (and CI) runs: the oldest, the last 1.x releases, the first 2.x
+#: releases and the newest. 1.12 (the function tier of custom_op without the excluded-key query)
+#: and 2.2 (every decorated class in the legacy form; dynamo guards defaults wrongly) each had
+#: bugs no other row showed.
+DEFAULT: Tuple[str, ...] = (ROWS[0].key, "1.12", "1.13", "2.0", "2.1", "2.2", ROWS[-1].key)
 #: The rows whose ``COMPATFN_LEGACY=1`` session runs by default.
 LEGACY_DEFAULT: Tuple[str, ...] = (ROWS[-1].key,)
 #: The rows with a ``bench-X-Y`` session (the releases the performance targets name).
-BENCH: Tuple[str, ...] = (*DEFAULT[:4], "2.2", ROWS[-1].key)
+BENCH: Tuple[str, ...] = (ROWS[0].key, "1.13", "2.0", "2.1", "2.2", ROWS[-1].key)
 
 #: The torch whose own ``torch.library.custom_op`` ``nox -s custom-op-oracle`` records
 #: ``tests/data/custom_op_oracle.json`` from (read by the rows without custom_op): the newest one

@@ -291,36 +291,6 @@ _dynamo_tracing: Callable[[], bool] = getattr(
 )
 
 
-# NOTE: [apply is no frame of its own for dynamo]
-# A native ``apply`` hands the call to ``cls.apply`` while dynamo traces it (``_apply_native``),
-# and dynamo intercepts that. Where the user's forward breaks the graph (``warnings.warn``, say)
-# without ``fullgraph``, dynamo runs the call eagerly and compiles the frame of ``apply`` on its
-# own: with ``_dynamo_tracing()`` folded to True, that frame calls ``cls.apply`` eagerly, which is
-# itself again, until RecursionError. So, at decoration, the code of ``apply`` is marked in
-# ``torch._C._dynamo.eval_frame`` (dynamo still inlines it where it traces a caller):
-# ``set_code_exec_strategy`` (torch >= 2.8; run on 2.8, 2.13, 2.15): the frame of ``apply`` is
-# compiled, ``torch.compile(Fn.apply)`` included, but nothing it calls eagerly is, so the eager
-# fallback runs ``apply`` and the user's forward uncompiled (a hand-written Function's forward is
-# compiled there, in pieces). It does not cover every case: an in-place forward that dynamo
-# cannot trace, called ``Fn.apply(*args)``, still recurses on 2.13 and 2.15 (not on 2.8). Where
-# torch has only ``skip_code`` (torch 2.1), skipping the frame of ``apply`` breaks
-# ``torch.compile(Fn.apply, fullgraph=True)``, so nothing is marked and the RecursionError stays
-# (all: xfails in tests/test_differential_regressions.py).
-def _dynamo_frame_skipper() -> Callable[[Any], None]:
-    eval_frame = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
-    set_strategy = getattr(eval_frame, "set_code_exec_strategy", None)
-    action = getattr(eval_frame, "_FrameAction", None)
-    strategy = getattr(eval_frame, "_FrameExecStrategy", None)
-    if set_strategy is None or action is None or strategy is None:
-        return lambda code: None
-    compiled_alone = strategy(action.DEFAULT, action.SKIP)
-    return lambda code: set_strategy(code, compiled_alone)
-
-
-#: Marks the code of ``apply`` for dynamo. See NOTE: [apply is no frame of its own for dynamo].
-_mark_apply_for_dynamo: Callable[[Any], None] = _dynamo_frame_skipper()
-
-
 def _prepare_torch_func() -> None:
     """Do what this torch needs before a first torch.func transform (import torch._dynamo on
     torch 2.3.x, see ``_FUNC_NEEDS_DYNAMO_IMPORTED``); nothing elsewhere.
@@ -1302,19 +1272,33 @@ def _apply_reassembling(bind: Callable, run: Callable, low: int, high: int) -> C
     return apply
 
 
+# NOTE: [what dynamo traces]
+# While dynamo traces ``apply`` (``torch.compile(Fn.apply)``, or ``Fn.apply`` called in compiled
+# code), ``apply`` binds the call and hands it to ``apply`` of a copy of the class that is torch's
+# own (``_flattened_copy``): dynamo intercepts ``<a Function class>.apply`` and traces forward,
+# setup_context and backward itself. Not to ``cls.apply``, which is ``apply`` again: where the
+# user's forward breaks the graph (``warnings.warn``, say) without ``fullgraph``, dynamo runs the
+# call eagerly and compiles the frame of ``apply`` on its own, with ``_dynamo_tracing()`` folded to
+# True; a call of ``cls.apply`` in that frame ran that compiled frame again, until RecursionError
+# (torch 2.1-2.7, and for an in-place forward 2.13+; torch 2.3 overflowed the C stack and aborted).
+# torch's own apply is no frame dynamo compiles: it runs the user's forward, which dynamo compiles
+# in pieces, as for a hand-written Function (tests/test_differential_regressions.py).
+
+
 def _apply_native(binder: _Binder, run: Callable, under_transforms: Callable, cls: Any) -> Callable:
     """torch >= 2.0. Under active torch.func transforms the call goes to ``under_transforms``.
-    While dynamo traces this function (``torch.compile(Fn.apply)``, or ``op = Fn.apply`` called in
-    compiled code), the bound call goes to ``cls.apply``, which dynamo intercepts itself;
-    non-strict torch.export runs the eager code."""
+    While dynamo traces this function, the bound call goes to torch's own apply of a copy of
+    ``cls``, which dynamo intercepts itself (See NOTE: [what dynamo traces]); non-strict
+    torch.export runs the eager code."""
     bind, bind_traceable = binder.bind, binder.bind_traceable
     low, high = _arity(binder)
+    traced: Any = _flattened_copy(cls, {}, "traced")
 
     def apply(*args: Any, **kwargs: Any) -> Any:
         if _dynamo_tracing():  # a constant while dynamo traces; the code below is not traceable
             if kwargs or not low <= len(args) <= high:
                 args = bind_traceable(args, kwargs)
-            return cls.apply(*args)
+            return traced.apply(*args)
         if kwargs or not low <= len(args) <= high:
             args = bind(args, kwargs)
         if _transforms_active():
@@ -1689,7 +1673,6 @@ def _install_apply(cls: Any, record: _Decoration) -> None:
     # JIT") by ``Fn.apply.__self__`` for torch's bound apply, else by ``Fn.apply.__name__``.
     apply.__name__ = cls.__name__
     _script_as_python_call(apply, "IGNORE")
-    _mark_apply_for_dynamo(apply.__code__)
     _set(cls, record, "apply", staticmethod(apply))
     own_hook = cls.__dict__.get("__init_subclass__", _MISSING)
     record.originals.setdefault("__init_subclass__", own_hook)

@@ -36,15 +36,19 @@ def _copy(root: Path, target: Path) -> None:
 
 
 def _migrate_copy(copy: Path, paths: Sequence[Path], decorator: str) -> Dict[str, List[str]]:
-    """Migrate the files of ``paths`` inside ``copy``; {file: migrated class names}."""
+    """Migrate the files of ``paths`` inside ``copy``; {file: migrated class names}. Refusals
+    and notes go to stderr as ``migrate`` prints them, with paths relative to ``copy``."""
     migrated: Dict[str, List[str]] = {}
     lengths: Dict[Path, int] = {}
     for path in python_files([copy / p for p in paths]):
         length = line_length_for(path, lengths)
-        result = migrate_source(path.read_bytes(), path.as_posix(), decorator, length)
+        name = path.relative_to(copy).as_posix()
+        result = migrate_source(path.read_bytes(), name, decorator, length)
+        for line in [*result.refusals, *result.notes]:
+            print(line, file=sys.stderr)
         if result.migrated:
             path.write_bytes(result.new_bytes())
-            migrated[path.relative_to(copy).as_posix()] = list(result.migrated)
+            migrated[name] = list(result.migrated)
     return migrated
 
 

@@ -34,7 +34,11 @@ from compatfn.testing._case import (
     weights,
 )
 from compatfn.testing._compare import Comparison
-from compatfn.testing._compile_probes import read_dynamo_failure, torch_ctx_limitation
+from compatfn.testing._compile_probes import (
+    ctx_methods_in_source,
+    read_dynamo_failure,
+    torch_ctx_limitation,
+)
 from compatfn.testing._export import export_modes, export_unsupported, exported_matches_eager
 
 __all__ = ["REGISTRY"]
@@ -196,6 +200,7 @@ def _check_export(case: Case) -> Optional[str]:
         modes = [m for m in modes if m[0] != "strict"]
     target = direct_apply(case.fn) if case.is_class else case.fn
     signature = _user_signature(case)
+    calls = ctx_methods_in_source(case.fn) if case.is_class else ()
     close = Comparison(case.name, "export", exact=False, rtol=case.rtol, atol=case.atol)
 
     def fail(detail: str) -> AssertionError:
@@ -205,7 +210,7 @@ def _check_export(case: Case) -> Optional[str]:
     for mode in modes:
         for style in call_styles(signature, len(case.inputs), case.kwargs):
             why = exported_matches_eager(
-                target, style, case.inputs, mode, signature, close.check, fail
+                target, style, case.inputs, mode, signature, close.check, fail, calls
             )
             if why and style.label == "as given":
                 case.notes[f"export ({mode[0]})"] = why

@@ -11,12 +11,19 @@ Example::
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import torch
 
-__all__ = ["DynamoFailure", "plain_compile_failure", "read_dynamo_failure", "torch_ctx_limitation"]
+__all__ = [
+    "DynamoFailure",
+    "ctx_methods_in_source",
+    "plain_compile_failure",
+    "read_dynamo_failure",
+    "torch_ctx_limitation",
+]
 
 # Some torch releases cannot compile a Function that uses a given ctx method at all (torch 2.1's
 # dynamo refuses to inline ``FunctionCtx.set_materialize_grads`` and ``FunctionCtx.mark_dirty``:
@@ -83,6 +90,31 @@ class DynamoFailure(NamedTuple):
 
 
 _CTX_METHOD_RE = re.compile(r"\b(" + "|".join(_PLAIN_CTX_PROBES) + r")\b")
+
+
+_CTX_CALL_RE = re.compile(r"\.(" + "|".join(_PLAIN_CTX_PROBES) + r")\s*\(")
+
+
+def ctx_methods_in_source(cls: Any) -> Tuple[str, ...]:
+    """The ctx methods of :data:`_PLAIN_CTX_PROBES` called in the source of ``cls`` and of its
+    user-written bases (none where the source cannot be read). For failures whose message names
+    no ctx method (torch 2.2 exports no in-place Function: ``tree_unflatten``).
+
+    Example::
+
+        >>> ctx_methods_in_source(_PlainMarkDirty)
+        ('mark_dirty',)
+    """
+    found: Dict[str, None] = {}
+    for klass in getattr(cls, "__mro__", ()):
+        if klass.__module__.startswith("torch.") or klass is object:
+            continue
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        found.update(dict.fromkeys(_CTX_CALL_RE.findall(source)))
+    return tuple(found)
 
 
 def read_dynamo_failure(exc: BaseException) -> DynamoFailure:

@@ -101,10 +101,12 @@ def torch_limitation(
     style: CallStyle,
     inputs: Sequence[Any],
     mode: Tuple[str, Dict[str, Any]],
+    ctx_methods: Sequence[str] = (),
 ) -> Optional[str]:
     """A skip reason if a plain-torch legacy Function (no compatfn) fails to export the same
     way (the same exception type): one with forward's signature called in ``style``, or one
-    using a ctx method the message names; None (a failure) otherwise."""
+    using a ctx method the message names or the Function calls (``ctx_methods``); None (a
+    failure) otherwise."""
     label, options = mode
     why = f"torch {torch.__version__} cannot torch.export ({label}) a plain legacy-form Function"
     if signature is not None:
@@ -113,7 +115,8 @@ def torch_limitation(
         if plain is not None and type(plain) is type(exc):
             headline = read_dynamo_failure(plain).headline
             return f"{why} with the same signature called {style.label} ({headline})"
-    for method in read_dynamo_failure(exc).ctx_methods:
+    named = read_dynamo_failure(exc).ctx_methods
+    for method in dict.fromkeys((*named, *ctx_methods)):
         probe = _PLAIN_CTX_PROBES[method]
         given = CallStyle("as given", _as_given)
         plain = _failure(direct_apply(probe), given, (torch.tensor([-1.0, 2.0]),), options)
@@ -130,16 +133,18 @@ def exported_matches_eager(
     signature: Optional[inspect.Signature],
     compare: Callable[[str, Any, Any], None],
     fail: Callable[[str], AssertionError],
+    ctx_methods: Sequence[str] = (),
 ) -> Optional[str]:
     """Export ``target`` called in ``style`` in ``mode`` and ``compare(what, got, expected)``
     its result with eager's. Returns a skip reason where a plain-torch control proves the
-    failure a limit of torch (:func:`torch_limitation`); raises ``fail(detail)`` for any other
+    failure a limit of torch (:func:`torch_limitation`, given the ctx methods the Function
+    calls); raises ``fail(detail)`` for any other
     failure to export."""
     called = f"torch.export ({mode[0]}) called {style.label}"
     try:
         got = _run_exported(target, style, inputs, mode[1])
     except Exception as exc:
-        why = torch_limitation(exc, signature, style, inputs, mode)
+        why = torch_limitation(exc, signature, style, inputs, mode, ctx_methods)
         if why is None:
             raise fail(f"{called}: {type(exc).__name__}: {exc}") from exc
         return why
