@@ -29,6 +29,38 @@ from spec_arguments import Arguments, Call, calls, canonical, defaults, substitu
 
 #: torch.compile exists and dynamo runs on this Python (torch 2.0 has none on Python 3.11).
 HAS_COMPILE = hasattr(torch, "compile") and core._dynamo_unsupported() is None
+
+#: torch 2.1's dynamo takes a direct ``Fn.apply(...)`` call with keyword arguments itself (any
+#: Function class) and binds them wrongly: a parameter given by keyword reaches forward as its
+#: default, or fails dynamo's guard ("type object 'FunctionMeta' has no attribute 'forward'"),
+#: before compatfn's apply runs; a hand-written Function takes no keywords there at all
+#: (``apply() takes no keyword arguments``). ``functional(Fn)`` binds them (docs/compile-export.md;
+#: test_differential_regressions.test_keywords_in_a_direct_apply_on_torch_2_1).
+DYNAMO_BINDS_KEYWORDS = tuple(int(p) for p in torch.__version__.split(".")[:2]) == (2, 1)
+
+
+def dynamo_binds_the_keywords(made: Made, style: str, args: Arguments) -> bool:
+    """Whether this call style is a direct call with keywords that torch 2.1's dynamo binds."""
+    if not DYNAMO_BINDS_KEYWORDS:
+        return False
+    return bool(calls(made.spec, args, defaults(made.hand_written))[style][1])
+
+
+#: torch 2.1-2.3: where dynamo cannot trace a Function with ``fullgraph`` (a hand-written one
+#: included: a backward it cannot speculate, ctx methods it refuses), without ``fullgraph`` it runs
+#: the call eagerly, and then compiles the legacy-form forward of a decorated class as a frame of
+#: its own, whose inlined setup_context fails (``InternalTorchDynamoError: save_for_backward``);
+#: the hand-written forward compiles there. A known core bug (before: RecursionError, an abort
+#: on 2.3): test_differential_regressions.test_compiled_without_fullgraph_where_dynamo_gives_up.
+FALLBACK_FAILS = (2, 1) <= tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 4)
+
+
+def dynamo_gives_up(made: Made, args: Arguments) -> bool:
+    """Whether the hand-written Function, called positionally, fails ``fullgraph=True`` here."""
+    call = canonical(made.spec, args, defaults(made.hand_written))
+    return compiled("eager")(made.hand_written, call, args).error is not None
+
+
 EXPORT = getattr(getattr(torch, "export", None), "export", None)
 NON_STRICT = EXPORT is not None and "strict" in inspect.signature(EXPORT).parameters
 #: Runs a class in one traced context (``eager=True``: the same call, not traced).

@@ -24,6 +24,7 @@ import json
 import math
 import re
 import sys
+import threading
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -81,6 +82,8 @@ CONTEXTS = [
     "torch_function_mode",
     "forward_ad_level",
     "neg_views",
+    "profiler",
+    "thread",
 ]
 
 
@@ -501,6 +504,11 @@ def _context(name: str, events: List[str]) -> Any:
 
         with Seen():
             yield None
+    elif name == "profiler":  # the names of the events of the op (and of a nested op)
+        with torch.autograd.profiler.profile() as prof:
+            yield None
+        names = [e.name for e in prof.function_events if _NAMESPACE.search(e.name)]
+        events.extend(normalise(n) for n in names)
     elif name == "forward_ad_level":
         import torch.autograd.forward_ad as fwAD
 
@@ -508,6 +516,24 @@ def _context(name: str, events: List[str]) -> Any:
             yield None
     else:
         yield None
+
+
+def _in_a_thread(call: Callable[[], Any]) -> Any:
+    """``call()`` run in a new thread; its result, or its exception raised here."""
+    done: Dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            done["result"] = call()
+        except BaseException as e:  # handed to the caller
+            done["error"] = e
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if "error" in done:
+        raise done["error"]
+    return done["result"]
 
 
 def _neg_view(value: Any) -> Any:
@@ -580,6 +606,8 @@ def outcome(case: Dict[str, Any], maker: Callable, qualname: str) -> Dict[str, A
                 from torch.utils.checkpoint import checkpoint
 
                 output = checkpoint(lambda *a: op(*a, **keywords), *positional, use_reentrant=False)
+            elif case["context"] == "thread":  # a thread of its own: grad mode as it starts there
+                output = _in_a_thread(lambda: op(*positional, **keywords))
             else:
                 output = op(*positional, **keywords)
         result["output"] = _describe(output, tensors)
@@ -688,6 +716,22 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
     "a lazily negated view is materialized": case(context="neg_views"),
     "a lazily negated view requiring grad": case(grad=["x"], autograd=True, context="neg_views"),
     "inside a forward AD level": case("capture_param", grad=["x"], context="forward_ad_level"),
+    "None for an empty tensor list, a tensor after it": case(
+        params=[
+            {"name": "x", "type": "Tensor", "default": "none"},
+            {"name": "a0", "type": "List[Tensor]", "default": "none"},
+            {"name": "a1", "type": "Optional[Tensor]", "default": "none"},
+        ],
+        args=[
+            {"how": "pos", "value": "tensor"},
+            {"how": "pos", "value": "tensors0"},
+            {"how": "pos", "value": "tensor"},
+        ],
+        grad=["x"],
+        autograd=True,
+    ),
+    "the profiler, input requiring grad": case(grad=["x"], autograd=True, context="profiler"),
+    "in a thread of its own": case("capture_param", grad=["x"], autograd=True, context="thread"),
 }
 
 # --------------------------------------------------------------------------- the stored set

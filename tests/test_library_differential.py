@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 import pytest
 import torch
@@ -89,6 +89,38 @@ def tier_difference(case: Dict[str, Any], tier: str) -> Any:
     """Why ``tier`` cannot give torch's outcome for ``case`` on any torch, or None."""
     if tier == "function" and case["context"] == "torch_function_mode":
         return "the function tier has no operator: a TorchFunctionMode sees the kernel's calls"
+    refused = {"int64_overflow", "big_int"} & {str(a["value"]) for a in case["args"]}
+    if tier == "registered" and case["context"] == "torch_function_mode" and refused:
+        return (
+            "a value the schema refuses: the registered tier refuses it before it calls the "
+            "operator, so a TorchFunctionMode does not see the call (torch's op: the mode sees "
+            "it, then the operator refuses it with the same error)"
+        )
+    through_operator = {"torch_function_mode", "profiler", "forward_ad_level", "neg_views"}
+    wrong_output = {"one_tuple", "return_none", "return_float"}
+    if (
+        tier == "registered"
+        and case["context"] in through_operator
+        and case["kernel"] in wrong_output
+        and case["autograd"]
+        and case["grad"]
+    ):
+        return (
+            "a kernel output the schema refuses, in a call through the operator that records a "
+            "graph: the registered tier's redispatch converts it, and fails, before setup_context "
+            "(torch's own op runs setup_context first; the same error follows)"
+        )
+    if (
+        tier == "registered"
+        and case["context"] == "neg_views"
+        and case["mutates"]
+        and case["kernel"] in wrong_output
+    ):
+        return (
+            "a kernel output the schema refuses, for a mutated lazily negated view: the "
+            "registered tier's conversion fails first (TypeError); torch's own op fails an "
+            "internal assert of its fallback"
+        )
     if tier == "function" and case["context"] == "neg_views" and case["mutates"]:
         return (
             "a mutated lazily negated view: torch's fallback runs the kernel, then fails an "
@@ -97,9 +129,39 @@ def tier_difference(case: Dict[str, Any], tier: str) -> Any:
     return None
 
 
+#: torch 2.4-2.14's own op fails backward when it has a ``List[Tensor]`` parameter and an argument
+#: equal to its default (given or left out): it drops that argument from the inputs and then
+#: compares their structure with backward's gradients (measured 2.5, 2.13; 2.15 computes them).
+_TORCH_STRUCTURE_BUG = "Expected the return from backward to be of the same structure as the inputs"
+
+
+def _without_the_redispatch(events: List[str]) -> List[str]:
+    """The profiler's events without the second event of the op that the registered tier's
+    Autograd kernel adds where it records a graph: it calls the operator again below autograd
+    (torch < 2.4 has no redispatch in Python); torch's own op records one. A known difference,
+    documented in docs/custom-ops.md."""
+    node = next((i for i, e in enumerate(events) if e.startswith("GeneratedBackwardFor_")), None)
+    if node is None or "NS::op" not in events[node + 1 :]:
+        return events
+    again = events.index("NS::op", node + 1)
+    return events[:again] + events[again + 1 :]
+
+
+def _torch_failed_its_own_backward(expected: Dict[str, Any]) -> bool:
+    failure = expected.get("backward")
+    return isinstance(failure, dict) and failure.get("error", [None, ""])[1].startswith(
+        _TORCH_STRUCTURE_BUG
+    )
+
+
 def _assert_same(case: Dict[str, Any], tier: str, got: Any, expected: Any) -> None:
     """``got == expected``; where ``tier_difference`` explains why not, they must differ (a
-    strict expected failure)."""
+    strict expected failure). Where torch's own op fails its own backward with the bug above,
+    compatfn's older tiers compute the gradients (as torch 2.15 does): backward is not compared."""
+    if tier != "torch" and _torch_failed_its_own_backward(expected):
+        got, expected = {**got, "backward": None}, {**expected, "backward": None}
+    if tier == "registered" and "events" in got:
+        got = {**got, "events": _without_the_redispatch(got["events"])}
     reason = tier_difference(case, tier)
     if reason is None:
         assert got == expected, _explain(case, got, expected)

@@ -58,9 +58,10 @@ def autograd_function(op: CustomOp, dispatched: bool) -> Any:
         return run(call, flat)
 
     def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        call = inputs[0]
+        ctx._input_layout = call.layout  # for regrad: a list input's None is one None per tensor
         if op._setup_context is None:
             return
-        call = inputs[0]
         args = unflatten(inputs[1:], call.layout)
         output = list(output) if op._returns_list else output
         if op._keyword_only:
@@ -76,7 +77,8 @@ def autograd_function(op: CustomOp, dispatched: bool) -> Any:
     def backward(ctx: Any, *grads: Any) -> Any:
         grads = (list(grads),) if definition._returns_list else grads
         result = user_backward(definition, ctx, grads)
-        return (None, *regrad(result if isinstance(result, tuple) else (result,), ctx))
+        result = result if isinstance(result, tuple) else (result,)
+        return (None, *regrad(result, ctx._input_layout))
 
     # Named at creation: torch names the class's autograd node (``<name>Backward``) then, so the
     # node is named as the short path's (``simple_function``) whichever path a call takes.
@@ -192,12 +194,23 @@ def _legacy_kernel_forward(op: CustomOp) -> Any:
     )
 
 
-def regrad(result: tuple, ctx: Any) -> List[Any]:
-    """Per-input gradients flattened like the inputs (a list input gets a list of gradients)."""
+def regrad(result: tuple, layout: List[int]) -> List[Any]:
+    """Per-input gradients flattened like the inputs (``layout`` from ``flatten``: the length of
+    each spliced list of tensors, -1 for an input kept as is, an empty list included); a spliced
+    list gets a list of gradients, or None for all of its tensors.
+
+    Example::
+
+        >>> regrad((g, None, [h], []), [-1, 2, 1, -1])
+        [g, None, None, h, None]
+    """
     flat: List[Any] = []
-    for g in result:
-        if isinstance(g, (list, tuple)):
-            flat.extend(g)
+    for i, g in enumerate(result):
+        n = layout[i] if i < len(layout) else -1
+        if n >= 0:
+            flat.extend([None] * n if g is None else g)
+        elif isinstance(g, (list, tuple)) and not g:
+            flat.append(None)  # an empty list input is one input, kept as is
         else:
             flat.append(g)
     return flat
