@@ -69,6 +69,23 @@ def test_report_names_classes_never_exercised_and_fails_on_a_difference(capsys):
     assert report(classes, calls, calls, 0, 1) == 1  # the tests themselves disagree
 
 
+def test_report_keeps_classes_of_the_same_name_in_different_files_apart(capsys):
+    """Two files each define ``F``; only ``pkg.a.F`` is called: ``pkg/b.py``'s ``F`` is never
+    exercised (it was reported with a's calls, as identical)."""
+    classes = {"src/pkg/a.py": ["F"], "src/pkg/b.py": ["F"], "pkg/__init__.py": ["G"]}
+    calls = {"pkg.a.F": [_call(1.0, 2.0)], "pkg.G": [_call(1.0, 2.0)]}
+    assert report(classes, calls, calls, 0, 0) == 0
+    out = capsys.readouterr().out
+    assert "src/pkg/a.py: pkg.a.F: 1 calls, 1 identical: identical" in out
+    assert "src/pkg/b.py: F: never exercised" in out
+    assert "pkg/__init__.py: pkg.G: 1 calls" in out
+
+
+def test_report_says_when_nothing_was_compared(capsys):
+    assert report({"lib/ops.py": ["Square"]}, {}, {}, 2, 2) == 0
+    assert "nothing was compared (it failed on both: does it run?)" in capsys.readouterr().err
+
+
 def _project(tmp_path: Path) -> Path:
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "__init__.py").write_text("")

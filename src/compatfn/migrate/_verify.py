@@ -209,6 +209,29 @@ def _verify(paths: Sequence[Path], command: Sequence[str], decorator: str, timeo
     return report(classes, calls_o, calls_m, status_o, status_m)
 
 
+def _recorded_from(key: str, name: str, file: str) -> bool:
+    """Whether the calls recorded as ``key`` (``module.Qualname``) are those of class ``name``
+    of ``file`` (a path relative to the copy): the module is the file's dotted path or a tail of
+    it (``src/pkg/ops.py`` is ``pkg.ops``), or ``__main__`` (a script run directly).
+
+    Example::
+
+        >>> _recorded_from("pkg.ops.Square", "Square", "src/pkg/ops.py")
+        True
+        >>> _recorded_from("pkg.other.Square", "Square", "src/pkg/ops.py")
+        False
+    """
+    if key == name:
+        return True
+    if not key.endswith(f".{name}"):
+        return False
+    module = key[: -len(name) - 1]
+    dotted = file[: -len(".py")].replace("/", ".") if file.endswith(".py") else file
+    if dotted.endswith(".__init__"):
+        dotted = dotted[: -len(".__init__")]
+    return module == "__main__" or dotted == module or dotted.endswith(f".{module}")
+
+
 def report(
     classes: Dict[str, List[str]],
     calls_o: Dict[str, List[Dict[str, Any]]],
@@ -220,10 +243,15 @@ def report(
     failed = status_o != status_m
     print(f"test command exit status: original {status_o}, migrated {status_m}")
     seen = set(calls_o) | set(calls_m)
+    if not seen:
+        print(
+            "verify: the test command called no migrated class on either tree: nothing was "
+            "compared" + (" (it failed on both: does it run?)" if status_o and status_m else ""),
+            file=sys.stderr,
+        )
     for file, names in sorted(classes.items()):
-        module_keys = [k for k in seen if k.rsplit(".", 1)[-1] in names]
         for name in names:
-            keys = sorted(k for k in module_keys if k.endswith(f".{name}") or k == name)
+            keys = sorted(k for k in seen if _recorded_from(k, name, file))
             if not keys:
                 print(f"{file}: {name}: never exercised")
                 continue
