@@ -36,7 +36,7 @@ HAS_COMPILE = hasattr(torch, "compile") and core._dynamo_unsupported() is None
 #: before compatfn's apply runs; a hand-written Function takes no keywords there at all
 #: (``apply() takes no keyword arguments``). ``functional(Fn)`` binds them (docs/compile-export.md;
 #: test_differential_regressions.test_keywords_in_a_direct_apply_on_torch_2_1).
-DYNAMO_BINDS_KEYWORDS = tuple(int(p) for p in torch.__version__.split(".")[:2]) == (2, 1)
+DYNAMO_BINDS_KEYWORDS = core._TORCH_VERSION[:2] == (2, 1)
 
 
 def dynamo_binds_the_keywords(made: Made, style: str, args: Arguments) -> bool:
@@ -52,7 +52,7 @@ def dynamo_binds_the_keywords(made: Made, style: str, args: Arguments) -> bool:
 #: its own, whose inlined setup_context fails (``InternalTorchDynamoError: save_for_backward``);
 #: the hand-written forward compiles there. A known core bug (before: RecursionError, an abort
 #: on 2.3): test_differential_regressions.test_compiled_without_fullgraph_where_dynamo_gives_up.
-FALLBACK_FAILS = (2, 1) <= tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 4)
+FALLBACK_FAILS = (2, 1) <= core._TORCH_VERSION[:2] < (2, 4)
 
 
 def dynamo_gives_up(made: Made, args: Arguments) -> bool:
