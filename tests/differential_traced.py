@@ -46,21 +46,6 @@ def dynamo_binds_the_keywords(made: Made, style: str, args: Arguments) -> bool:
     return bool(calls(made.spec, args, defaults(made.hand_written))[style][1])
 
 
-#: torch 2.1-2.3: where dynamo cannot trace a Function with ``fullgraph`` (a hand-written one
-#: included: a backward it cannot speculate, ctx methods it refuses), without ``fullgraph`` it runs
-#: the call eagerly, and then compiles the legacy-form forward of a decorated class as a frame of
-#: its own, whose inlined setup_context fails (``InternalTorchDynamoError: save_for_backward``);
-#: the hand-written forward compiles there. A known core bug (before: RecursionError, an abort
-#: on 2.3): test_differential_regressions.test_compiled_without_fullgraph_where_dynamo_gives_up.
-FALLBACK_FAILS = (2, 1) <= core._TORCH_VERSION[:2] < (2, 4)
-
-
-def dynamo_gives_up(made: Made, args: Arguments) -> bool:
-    """Whether the hand-written Function, called positionally, fails ``fullgraph=True`` here."""
-    call = canonical(made.spec, args, defaults(made.hand_written))
-    return compiled("eager")(made.hand_written, call, args).error is not None
-
-
 EXPORT = getattr(getattr(torch, "export", None), "export", None)
 NON_STRICT = EXPORT is not None and "strict" in inspect.signature(EXPORT).parameters
 #: Runs a class in one traced context (``eager=True``: the same call, not traced).

@@ -24,13 +24,11 @@ from hypothesis import strategies as st
 from differential_support import budget
 from differential_traced import (
     EXPORT,
-    FALLBACK_FAILS,
     HAS_COMPILE,
     NON_STRICT,
     check_like_control,
     compiled,
     dynamo_binds_the_keywords,
-    dynamo_gives_up,
     exported,
     traced,
 )
@@ -89,8 +87,6 @@ def test_graph_breaks_like_hand_written():
         # an in-place forward that warns: test_graphs_of_an_in_place_forward_that_breaks_the_graph
         assume(not (made.spec.inplace and made.spec.warn))
         assume(not dynamo_binds_the_keywords(made, style, args))
-        # torch 2.1-2.3: test_compiled_without_fullgraph_where_dynamo_gives_up
-        assume(not (FALLBACK_FAILS and dynamo_gives_up(made, args)))
         what = "torch.compile(backend='eager'), graphs counted"
         check_like_control(made, style, args, compiled("eager", fullgraph=False), what)
 

@@ -16,7 +16,6 @@ from differential_support import Seen, assert_same, in_context, message_class
 from differential_traced import (
     DYNAMO_BINDS_KEYWORDS,
     EXPORT,
-    FALLBACK_FAILS,
     HAS_COMPILE,
     check_like_control,
     compiled,
@@ -105,19 +104,25 @@ def test_graphs_of_an_in_place_forward_that_breaks_the_graph(grad):
 
 @pytest.mark.skipif(not HAS_COMPILE, reason=f"torch {torch.__version__} has no torch.compile")
 @pytest.mark.usefixtures("fresh_dynamo")
-@pytest.mark.xfail(
-    FALLBACK_FAILS,
-    strict=True,
-    reason="core, torch 2.1-2.3: dynamo compiles the legacy-form forward as a frame of its own "
-    "after giving up on the Function; its inlined setup_context fails (InternalTorchDynamoError: "
-    "save_for_backward) where the hand-written forward compiles",
+@pytest.mark.parametrize(
+    "spec",
+    [
+        Spec(),
+        Spec(attributes=True),
+        Spec(inplace=True),
+        Spec(mask=True, materialize=False),
+        Spec(out2=True, needs_input_grad=True),
+    ],
+    ids=["saved", "attributes", "in-place", "mask-materialize", "two-outputs"],
 )
-def test_compiled_without_fullgraph_where_dynamo_gives_up():
-    """``forward(x)`` whose backward dynamo 2.1-2.3 cannot trace (``fullgraph=True`` fails a
+def test_compiled_without_fullgraph_where_dynamo_gives_up(spec):
+    """A Function whose backward dynamo 2.1-2.3 cannot trace (``fullgraph=True`` fails a
     hand-written Function too), compiled without ``fullgraph``: the hand-written one runs, in
-    one graph; the decorated one recursed until RecursionError (2.1, 2.2; an abort on 2.3), then
-    (hypothesis' nightly profile) failed in dynamo. Values and graphs as the hand-written one's."""
-    made = build(Spec())
+    one graph. The decorated one recursed until RecursionError (2.1, 2.2; an abort on 2.3), then
+    (hypothesis' nightly profile) failed with ``InternalTorchDynamoError: save_for_backward``: the
+    names of setup_context's ctx side effects were not in the compiled legacy form's ``co_names``
+    (NOTE: [the names of the legacy form's code]). Values and graphs as the hand-written one's."""
+    made = build(spec)
     what = "torch.compile(backend='eager'), graphs counted"
     check_like_control(made, "positional", _x(), compiled("eager", fullgraph=False), what)
 

@@ -20,6 +20,12 @@ from compatfn.migrate._layout import DEFAULT_LINE_LENGTH, line_length_for, wrap_
         ("setup.cfg", "[flake8]\nmax-line-length = 99\n", 99),
         ("tox.ini", "[flake8]\nmax-line-length = 110\n", 110),
         (".flake8", "[flake8]\nmax-line-length = 79\n", 79),
+        ("setup.cfg", "[pycodestyle]\nmax-line-length = 95\n", 95),
+        # a tool configured without a length: its default (flake8's 79 where memcnn's is)
+        ("setup.cfg", "[flake8]\nexclude = docs\n", 79),
+        ("tox.ini", "[pycodestyle]\nignore = E203\n", 79),
+        ("pyproject.toml", "[tool.black]\ntarget-version = ['py38']\n", DEFAULT_LINE_LENGTH),
+        ("pyproject.toml", "[tool.black]\n[tool.other]\n", DEFAULT_LINE_LENGTH),
     ],
 )
 def test_line_length_comes_from_the_project_configuration(tmp_path, name, text, expected):
@@ -37,6 +43,18 @@ def test_the_nearest_configuration_wins_and_the_repository_root_ends_the_search(
     assert line_length_for(repo / "ops.py") == 120  # found above: no repository root between
     (repo / ".git").mkdir()
     assert line_length_for(repo / "ops.py") == DEFAULT_LINE_LENGTH
+
+
+@pytest.mark.parametrize("longest, expected", [(60, 79), (79, 79), (84, 84), (88, 88), (130, 88)])
+def test_without_configuration_the_files_own_longest_line_is_the_length(
+    tmp_path, longest, expected
+):
+    """No formatter or linter set: new lines stay within what the file already does, from
+    flake8's 79 to black's 88 (a file of short lines stays flake8-clean)."""
+    (tmp_path / ".git").mkdir()
+    path = tmp_path / "ops.py"
+    path.write_text("import torch\n" + "x = " + "1" * (longest - 4) + "\n")
+    assert line_length_for(path) == expected
 
 
 def test_only_the_lines_migrate_wrote_are_wrapped():

@@ -58,12 +58,12 @@ def test_a_difference_is_named(migrated, problem):
 
 def test_report_names_classes_never_exercised_and_fails_on_a_difference(capsys):
     classes = {"lib/ops.py": ["Square", "Cube"]}
-    calls = {"lib.ops.Square": [_call(1.0, 2.0)]}
+    calls = {"lib.ops:Square": [_call(1.0, 2.0)]}
     assert report(classes, calls, calls, 0, 0) == 0
     out = capsys.readouterr().out
     assert "lib/ops.py: lib.ops.Square: 1 calls, 1 identical: identical" in out
     assert "lib/ops.py: Cube: never exercised" in out
-    other = {"lib.ops.Square": [_call(1.0, 3.0)]}
+    other = {"lib.ops:Square": [_call(1.0, 3.0)]}
     assert report(classes, calls, other, 0, 0) == 1
     assert "DIFFERENT (call 1: different gradients)" in capsys.readouterr().out
     assert report(classes, calls, calls, 0, 1) == 1  # the tests themselves disagree
@@ -73,7 +73,7 @@ def test_report_keeps_classes_of_the_same_name_in_different_files_apart(capsys):
     """Two files each define ``F``; only ``pkg.a.F`` is called: ``pkg/b.py``'s ``F`` is never
     exercised (it was reported with a's calls, as identical)."""
     classes = {"src/pkg/a.py": ["F"], "src/pkg/b.py": ["F"], "pkg/__init__.py": ["G"]}
-    calls = {"pkg.a.F": [_call(1.0, 2.0)], "pkg.G": [_call(1.0, 2.0)]}
+    calls = {"pkg.a:F": [_call(1.0, 2.0)], "pkg:G": [_call(1.0, 2.0)]}
     assert report(classes, calls, calls, 0, 0) == 0
     out = capsys.readouterr().out
     assert "src/pkg/a.py: pkg.a.F: 1 calls, 1 identical: identical" in out
@@ -81,8 +81,9 @@ def test_report_keeps_classes_of_the_same_name_in_different_files_apart(capsys):
     assert "pkg/__init__.py: pkg.G: 1 calls" in out
 
 
-def test_report_says_when_nothing_was_compared(capsys):
-    assert report({"lib/ops.py": ["Square"]}, {}, {}, 2, 2) == 0
+def test_report_fails_when_nothing_was_compared(capsys):
+    """Tests that call no migrated class (or do not run) prove nothing: exit status 1."""
+    assert report({"lib/ops.py": ["Square"]}, {}, {}, 2, 2) == 1
     assert "nothing was compared (it failed on both: does it run?)" in capsys.readouterr().err
 
 
@@ -123,6 +124,90 @@ def test_verify_runs_the_command_on_both_trees_and_compares_every_call(tmp_path)
     assert done.returncode == 0, done.stderr
     assert "lib/ops.py: lib.ops.Square: 2 calls, 2 identical: identical" in done.stdout
     assert (cwd / "lib" / "ops.py").read_text() == LEGACY_SQUARE  # the tree is left as it was
+
+
+FACTORIES = """\
+import torch
+
+
+def make(scale):
+    class Scaled(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x * scale
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return 2 * x * grad * scale
+
+    return lambda x: Scaled.apply(x)
+
+
+class Holder:
+    class Inner(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * 3
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 3
+
+    @staticmethod
+    def build():
+        def deeper():
+            class Deep(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, x):
+                    return x + 1
+
+                @staticmethod
+                def backward(ctx, grad):
+                    return grad
+
+            return Deep
+
+        return deeper()
+"""
+
+
+def test_verify_records_classes_defined_in_functions_and_classes(tmp_path):
+    """A class defined in a factory function (or deeper, in a function the factory defines) or
+    nested in a class is recorded as a module-level one is (torch-struct defines its Functions
+    in factories); the test's own profiler keeps running."""
+    import sys
+
+    cwd = _project(tmp_path)
+    (cwd / "lib" / "factories.py").write_text(FACTORIES)
+    script = (
+        (cwd / "check.py")
+        .read_text()
+        .replace(
+            "finished.append(True)\n",
+            "from lib.factories import Holder, make\n"
+            "import sys\n"
+            "seen = []\n"
+            "sys.setprofile(lambda frame, event, arg: seen.append(event))\n"
+            "make(2.0)(x).sum().backward()\n"
+            "make(3.0)(x).sum().backward()\n"
+            "Holder.Inner.apply(x).sum().backward()\n"
+            "Holder.build().apply(x).sum().backward()\n"
+            "sys.setprofile(None)\n"
+            "assert seen, 'the test profiler was replaced'\n"
+            "finished.append(True)\n",
+        )
+    )
+    (cwd / "check.py").write_text(script)
+    done = migrate_cli("lib", "--verify", sys.executable, "check.py", cwd=cwd)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "lib/factories.py: lib.factories.make.<locals>.Scaled: 2 calls, 2 identical" in out
+    assert "lib/factories.py: lib.factories.Holder.Inner: 1 calls, 1 identical" in out
+    assert "lib.factories.Holder.build.<locals>.deeper.<locals>.Deep: 1 calls, 1 identical" in out
+    assert "never exercised" not in out
 
 
 def test_verify_prints_what_migrate_refused_and_noted(tmp_path):

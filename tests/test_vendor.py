@@ -23,7 +23,7 @@ from toy_functions import make_scale
 SOURCE = Path(core.__file__).read_text(encoding="utf-8")
 STDLIB = {
     "__future__", "functools", "importlib", "inspect", "linecache", "os", "re", "sys", "threading",
-    "typing", "warnings",
+    "types", "typing", "warnings",
 }  # fmt: skip
 
 

@@ -64,8 +64,20 @@ import os
 import re
 import sys
 import threading
+import types
 import warnings
-from typing import Any, Callable, Dict, Optional, Tuple, TypeVar, Union, overload
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    Optional,
+    Tuple,
+    TypeVar,
+    Union,
+    overload,
+)
 
 import torch
 
@@ -842,6 +854,37 @@ def _generated(source: str, what: str, namespace: Dict[str, Any], name: str) -> 
     return namespace[name]  # type: ignore[no-any-return]
 
 
+# NOTE: [the names of the legacy form's code]
+# Where dynamo gives up on a Function call in compiled code without ``fullgraph`` (a backward it
+# cannot trace, say), it runs the call eagerly and compiles the legacy form's forward as a frame
+# of its own, inlining setup_context. Its code for the side effects on ctx (``ctx.x = ...``,
+# ``ctx.save_for_backward(...)``) names those attributes in the compiled frame's ``co_names``,
+# where torch 2.1-2.3 looks them up: a name found only in setup_context's code failed there with
+# ``InternalTorchDynamoError: save_for_backward``, where a hand-written forward, which names them
+# itself, compiles. The legacy form's code therefore also lists the attribute and global names of
+# setup_context's (and ``finish``'s) code; it never reads them (no cost per call).
+# (tests/test_differential_regressions.py: test_compiled_without_fullgraph_where_dynamo_gives_up.)
+
+
+def _names_in(code: Any) -> Iterator[str]:
+    """The names ``code`` and the code nested in it (lambdas, comprehensions) look up."""
+    yield from code.co_names
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _names_in(const)
+
+
+def _with_attribute_names(code: types.CodeType, functions: Iterable[Any]) -> types.CodeType:
+    """``code`` with the names of ``functions``' code appended to its ``co_names``. See NOTE:
+    [the names of the legacy form's code]."""
+    names = list(code.co_names)
+    for fn in functions:
+        inner = getattr(inspect.unwrap(fn), "__code__", None) if fn is not None else None
+        if isinstance(inner, types.CodeType):
+            names.extend(n for n in _names_in(inner) if n not in names)
+    return code.replace(co_names=tuple(names))
+
+
 def _fresh_name(base: str, taken: set) -> str:
     name = base
     while name in taken:
@@ -949,6 +992,7 @@ def _legacy_forward(
     }
     what = f"{getattr(forward, '__qualname__', 'forward')}: the legacy form @function generated"
     legacy: Any = functools.update_wrapper(_generated(source, what, namespace, adapter), forward)
+    legacy.__code__ = _with_attribute_names(legacy.__code__, (setup_context, finish))
     legacy.__defaults__ = (
         tuple(
             _NOT_GIVEN if p.default is p.empty else p.default

@@ -166,7 +166,7 @@ def run(
         return 2
     unreadable = unwritable = False
     migrated = refused = changed = 0
-    lengths: Dict[Path, int] = {}
+    lengths: Dict[Path, Optional[int]] = {}
     for path in files:
         result = _migrate_file(path, decorator, line_length_for(path, lengths))
         if isinstance(result, str):

@@ -21,7 +21,8 @@ from typing import Dict, List, Optional, Set
 
 from ._wrap import wrap
 
-DEFAULT_LINE_LENGTH = 88
+DEFAULT_LINE_LENGTH = 88  # black's and ruff's default
+FLAKE8_LINE_LENGTH = 79  # flake8's and pycodestyle's default
 #: (file, section, key) in the order they are read in each folder; the first one set wins.
 TOML_KEYS = (
     ("pyproject.toml", "tool.black", "line-length"),
@@ -33,6 +34,8 @@ INI_KEYS = (
     ("setup.cfg", "flake8", "max-line-length"),
     ("tox.ini", "flake8", "max-line-length"),
     (".flake8", "flake8", "max-line-length"),
+    ("setup.cfg", "pycodestyle", "max-line-length"),
+    ("tox.ini", "pycodestyle", "max-line-length"),
 )
 LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
@@ -63,29 +66,40 @@ def _ini_value(path: Path, section: str, key: str) -> Optional[int]:
     return int(value) if value is not None and value.strip().isdigit() else None
 
 
-def line_length_for(path: Path, cache: Optional[Dict[Path, int]] = None) -> int:
+def line_length_for(path: Path, cache: Optional[Dict[Path, Optional[int]]] = None) -> int:
     """The line length set for ``path`` by the nearest folder above it that sets one: black's
-    or ruff's ``line-length`` (pyproject.toml, ruff.toml), flake8's ``max-line-length``
-    (setup.cfg, tox.ini, .flake8); the search stops at a repository's root (``.git``, ``.hg``).
-    88, black's default, where none is set."""
+    or ruff's ``line-length`` (pyproject.toml, ruff.toml), flake8's or pycodestyle's
+    ``max-line-length`` (setup.cfg, tox.ini, .flake8); the search stops at a repository's root
+    (``.git``, ``.hg``). A ``[tool.black]`` or ``[tool.ruff]`` table without a length is 88,
+    a ``[flake8]`` or ``[pycodestyle]`` section without one 79, as those tools default. Where
+    nothing is set, the file's own: its longest line, within 79 to 88."""
     cache = {} if cache is None else cache
     folder = Path(path).resolve().parent
     visited: List[Path] = []
-    found = DEFAULT_LINE_LENGTH
+    found: Optional[int] = None
     for current in [folder, *folder.parents]:
         if current in cache:
             found = cache[current]
             break
         visited.append(current)
-        value = _folder_value(current)
-        if value is not None:
-            found = value
+        found = _folder_value(current)
+        if found is not None:
             break
         if (current / ".git").exists() or (current / ".hg").exists():
             break
     for seen in visited:
         cache[seen] = found
-    return found
+    return found if found is not None else _length_of_file(Path(path))
+
+
+def _length_of_file(path: Path) -> int:
+    """The longest line of ``path``, within flake8's 79 and black's 88."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return DEFAULT_LINE_LENGTH
+    longest = max((len(line) for line in lines), default=0)
+    return min(DEFAULT_LINE_LENGTH, max(FLAKE8_LINE_LENGTH, longest))
 
 
 def _folder_value(folder: Path) -> Optional[int]:
@@ -99,7 +113,33 @@ def _folder_value(folder: Path) -> Optional[int]:
             value = _ini_value(folder / name, section, key)
             if value is not None:
                 return value
+    for name, section, _ in TOML_KEYS:  # a formatter configured with its default length
+        if section and (folder / name).is_file() and _toml_has(folder / name, section):
+            return DEFAULT_LINE_LENGTH
+    for name, section, _ in INI_KEYS:  # a linter configured with its default length
+        if (folder / name).is_file() and _ini_has(folder / name, section):
+            return FLAKE8_LINE_LENGTH
     return None
+
+
+def _toml_has(path: Path, section: str) -> bool:
+    """Whether the TOML file has table ``[section]`` (or a sub-table of it)."""
+    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        header = re.fullmatch(r"\[\s*([^\[\]]+?)\s*\]", raw.split("#", 1)[0].strip())
+        if header:
+            table = header.group(1).replace('"', "").replace(" ", "")
+            if table == section or table.startswith(f"{section}."):
+                return True
+    return False
+
+
+def _ini_has(path: Path, section: str) -> bool:
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(path, encoding="utf-8")
+    except (configparser.Error, UnicodeDecodeError):
+        return False
+    return parser.has_section(section)
 
 
 def _one_line_statements(source: str) -> Set[int]:

@@ -2,16 +2,21 @@
 --verify``: in every Python process of the user's test command, it records each call of the
 Functions named in ``COMPATFN_VERIFY_CLASSES`` (``{file: [class names]}``) as their modules are
 imported: inputs, outputs and the gradients their backward returns, saved at exit into
-``COMPATFN_VERIFY_OUT``. It wraps only those classes' ``apply``; torch is left as it is.
-Standard library only until a recorded class runs (then torch, which imported it).
+``COMPATFN_VERIFY_OUT`` under ``module:qualname``. It wraps only those classes' ``apply``;
+torch is left as it is. A class defined inside a function (a factory) is wrapped each time that
+function's frame returns: the module-level function holding it is wrapped to watch its calls
+(``sys.setprofile``, the previous profiler kept). Standard library only until a recorded class
+runs (then torch, which imported it).
 """
 
 import atexit
+import functools
 import importlib.abc
 import inspect
 import json
 import os
 import sys
+import types
 
 _TARGETS = {
     os.path.realpath(path): names
@@ -38,7 +43,7 @@ def _recording(original):
     """A classmethod ``apply`` that records each call under the class it is called on."""
 
     def apply(klass, *args, **kwargs):
-        key = f"{klass.__module__}.{klass.__qualname__}"
+        key = f"{klass.__module__}:{klass.__qualname__}"
         entry = {"inputs": [*_summary(list(args)), _summary(kwargs)], "grads": None}
         if not _CALLS:
             # Registered after torch's own exit handlers, so that it runs before them: saved
@@ -65,13 +70,18 @@ def _recording(original):
 def _wrap(module, path):
     for name in _TARGETS[path]:
         cls = _find(module, name)
-        if cls is None:
+        if cls is not None:
+            _wrap_class(cls)
             continue
-        raw = inspect.getattr_static(cls, "apply")
-        if getattr(getattr(raw, "__func__", None), "_compatfn_verify", False):
-            raw = raw.__func__._original
-        cls.apply = _recording(raw)
-        cls.apply.__func__._original = raw
+        for holder, attribute, watched in _factories(module, name):
+            setattr(holder, attribute, watched)
+
+
+def _wrap_class(cls):
+    raw = inspect.getattr_static(cls, "apply")
+    if getattr(getattr(raw, "__func__", None), "_compatfn_verify", False):
+        return  # already recording (a factory's frame returning the same class again)
+    cls.apply = _recording(raw)
 
 
 def _find(module, name):
@@ -83,6 +93,66 @@ def _find(module, name):
         if isinstance(inner, type):
             return inner
     return None
+
+
+def _functions(module):
+    """(holder, attribute, stored value, function) for the module's functions and its classes'
+    methods (static and class methods included)."""
+    for attribute, value in list(vars(module).items()):
+        if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
+            yield module, attribute, value, value
+        elif isinstance(value, type) and value.__module__ == module.__name__:
+            for key, raw in list(vars(value).items()):
+                fn = getattr(raw, "__func__", raw)
+                if isinstance(fn, types.FunctionType):
+                    yield value, key, raw, fn
+
+
+def _parent_of(code, name):
+    """The code object (``code`` or one nested in it) whose body defines class ``name``: the
+    class body is a nested code object of that name run without new locals (not a function)."""
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            if const.co_name == name and not const.co_flags & inspect.CO_NEWLOCALS:
+                return code
+            found = _parent_of(const, name)
+            if found is not None:
+                return found
+    return None
+
+
+def _factories(module, name):
+    """(holder, attribute, watched attribute) for each function of ``module`` that defines a
+    class ``name`` in its body (or in a function nested in it)."""
+    for holder, attribute, raw, fn in _functions(module):
+        parent = _parent_of(fn.__code__, name)
+        if parent is not None:
+            watched = _watching(fn, parent, name)
+            yield holder, attribute, watched if raw is fn else type(raw)(watched)
+
+
+def _watching(fn, parent, name):
+    """``fn``, wrapping class ``name`` each time a frame running ``parent`` returns."""
+
+    @functools.wraps(fn)
+    def watched(*args, **kwargs):
+        previous = sys.getprofile()
+
+        def profile(frame, event, arg):
+            if event == "return" and frame.f_code is parent:
+                found = frame.f_locals.get(name)
+                if isinstance(found, type):
+                    _wrap_class(found)
+            if callable(previous):  # a profiler written in Python (cProfile's is not)
+                previous(frame, event, arg)
+
+        sys.setprofile(profile)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            sys.setprofile(previous)
+
+    return watched
 
 
 class _Loader(importlib.abc.Loader):

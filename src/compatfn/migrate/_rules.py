@@ -52,7 +52,8 @@ or from such a class in the same file) whose forward takes ctx:
 Fn.apply(...) callers need no change; comments, formatting, line endings, encoding and a
 byte-order mark are kept; a line migrate writes longer than the file's line length (black's or
 ruff's line-length, or flake8's max-line-length, in the nearest pyproject.toml, ruff.toml,
-setup.cfg, tox.ini or .flake8; else 88) is wrapped as black wraps it, and your own lines are
+setup.cfg, tox.ini or .flake8, flake8's 79 for a `[flake8]` section without one; where none is
+set, the file's longest line, from 79 to 88) is wrapped as black wraps it, and your own lines are
 left as they are; a second run changes nothing. Each rewrite is checked before it is
 written: the new class must compile and its methods read no name they do not bind on every path
 (where the original did); a class that fails the check is refused.

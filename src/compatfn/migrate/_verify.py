@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ._cli import DEFAULT_VERIFY_TIMEOUT
 from ._command import python_files
@@ -39,7 +39,7 @@ def _migrate_copy(copy: Path, paths: Sequence[Path], decorator: str) -> Dict[str
     """Migrate the files of ``paths`` inside ``copy``; {file: migrated class names}. Refusals
     and notes go to stderr as ``migrate`` prints them, with paths relative to ``copy``."""
     migrated: Dict[str, List[str]] = {}
-    lengths: Dict[Path, int] = {}
+    lengths: Dict[Path, Optional[int]] = {}
     for path in python_files([copy / p for p in paths]):
         length = line_length_for(path, lengths)
         name = path.relative_to(copy).as_posix()
@@ -168,7 +168,8 @@ def verify(
     decorator: str = DEFAULT_DECORATOR,
     timeout: float = DEFAULT_VERIFY_TIMEOUT,
 ) -> int:
-    """The ``--verify`` command; exit status 0 when every call was identical, 1 otherwise, 2
+    """The ``--verify`` command; exit status 0 when every call was identical, 1 otherwise (no
+    call of a migrated class at all included), 2
     when the test command cannot start or runs past ``timeout`` seconds on a tree (0: none)."""
     try:
         return _verify(paths, command, decorator, timeout)
@@ -210,26 +211,32 @@ def _verify(paths: Sequence[Path], command: Sequence[str], decorator: str, timeo
 
 
 def _recorded_from(key: str, name: str, file: str) -> bool:
-    """Whether the calls recorded as ``key`` (``module.Qualname``) are those of class ``name``
-    of ``file`` (a path relative to the copy): the module is the file's dotted path or a tail of
-    it (``src/pkg/ops.py`` is ``pkg.ops``), or ``__main__`` (a script run directly).
+    """Whether the calls recorded as ``key`` (``module:qualname``) are those of class ``name``
+    of ``file`` (a path relative to the copy): the qualname ends with ``name`` (a class nested
+    in a class or defined in a function included) and the module is the file's dotted path or a
+    tail of it (``src/pkg/ops.py`` is ``pkg.ops``), or ``__main__`` (a script run directly).
 
     Example::
 
-        >>> _recorded_from("pkg.ops.Square", "Square", "src/pkg/ops.py")
+        >>> _recorded_from("pkg.ops:Square", "Square", "src/pkg/ops.py")
         True
-        >>> _recorded_from("pkg.other.Square", "Square", "src/pkg/ops.py")
+        >>> _recorded_from("pkg.ops:make.<locals>.Square", "Square", "src/pkg/ops.py")
+        True
+        >>> _recorded_from("pkg.other:Square", "Square", "src/pkg/ops.py")
         False
     """
-    if key == name:
-        return True
-    if not key.endswith(f".{name}"):
+    module, _, qualname = key.rpartition(":")
+    if qualname.rsplit(".", 1)[-1] != name:
         return False
-    module = key[: -len(name) - 1]
     dotted = file[: -len(".py")].replace("/", ".") if file.endswith(".py") else file
     if dotted.endswith(".__init__"):
         dotted = dotted[: -len(".__init__")]
-    return module == "__main__" or dotted == module or dotted.endswith(f".{module}")
+    return module in ("__main__", dotted) or dotted.endswith(f".{module}")
+
+
+def _shown(key: str) -> str:
+    """A recorded key as the report shows it: ``pkg.ops.Square``."""
+    return key.replace(":", ".", 1)
 
 
 def report(
@@ -239,18 +246,20 @@ def report(
     status_o: int,
     status_m: int,
 ) -> int:
-    """Print the per-class table; 1 if a call differed or the test command's status did."""
+    """Print the per-class table; 1 if a call differed, the test command's status did, or no
+    migrated class was called at all (nothing was proven)."""
     failed = status_o != status_m
     print(f"test command exit status: original {status_o}, migrated {status_m}")
     seen = set(calls_o) | set(calls_m)
-    if not seen:
+    if not seen:  # a check that checked nothing does not pass
         print(
             "verify: the test command called no migrated class on either tree: nothing was "
             "compared" + (" (it failed on both: does it run?)" if status_o and status_m else ""),
             file=sys.stderr,
         )
+        failed = True
     for file, names in sorted(classes.items()):
-        for name in names:
+        for name in dict.fromkeys(names):
             keys = sorted(k for k in seen if _recorded_from(k, name, file))
             if not keys:
                 print(f"{file}: {name}: never exercised")
@@ -259,6 +268,6 @@ def report(
                 identical, problems = compare_calls(calls_o.get(key, []), calls_m.get(key, []))
                 count = len(calls_m.get(key, []))
                 verdict = "identical" if not problems else f"DIFFERENT ({'; '.join(problems[:3])})"
-                print(f"{file}: {key}: {count} calls, {identical} identical: {verdict}")
+                print(f"{file}: {_shown(key)}: {count} calls, {identical} identical: {verdict}")
                 failed = failed or bool(problems)
     return 1 if failed else 0
