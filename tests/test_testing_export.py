@@ -108,3 +108,16 @@ def test_ctx_methods_are_read_from_the_source_of_the_class_and_its_bases():
         pass
 
     assert ctx_methods_in_source(Sub) == ("mark_dirty",)
+
+
+@needs_export
+def test_the_source_of_the_class_is_read_only_after_an_export_fails(monkeypatch):
+    """A class that exports never has its source read (a class built at run time has none)."""
+    from compatfn.testing import _checks
+
+    def unreadable(cls):
+        raise AssertionError(f"the source of {cls.__name__} was read")
+
+    monkeypatch.setattr(_checks, "ctx_methods_in_source", unreadable)
+    report = check_function(ClippedReLU, _x(), 2.0, checks=["export"])
+    assert report.ran == ["export"], str(report)

@@ -101,12 +101,12 @@ def torch_limitation(
     style: CallStyle,
     inputs: Sequence[Any],
     mode: Tuple[str, Dict[str, Any]],
-    ctx_methods: Sequence[str] = (),
+    ctx_methods: Callable[[], Sequence[str]] = tuple,
 ) -> Optional[str]:
     """A skip reason if a plain-torch legacy Function (no compatfn) fails to export the same
     way (the same exception type): one with forward's signature called in ``style``, or one
-    using a ctx method the message names or the Function calls (``ctx_methods``); None (a
-    failure) otherwise."""
+    using a ctx method the message names or the Function calls (``ctx_methods()``, read only
+    here, after a failure); None (a failure) otherwise."""
     label, options = mode
     why = f"torch {torch.__version__} cannot torch.export ({label}) a plain legacy-form Function"
     if signature is not None:
@@ -116,7 +116,7 @@ def torch_limitation(
             headline = read_dynamo_failure(plain).headline
             return f"{why} with the same signature called {style.label} ({headline})"
     named = read_dynamo_failure(exc).ctx_methods
-    for method in dict.fromkeys((*named, *ctx_methods)):
+    for method in dict.fromkeys((*named, *ctx_methods())):
         probe = _PLAIN_CTX_PROBES[method]
         given = CallStyle("as given", _as_given)
         plain = _failure(direct_apply(probe), given, (torch.tensor([-1.0, 2.0]),), options)
@@ -133,12 +133,12 @@ def exported_matches_eager(
     signature: Optional[inspect.Signature],
     compare: Callable[[str, Any, Any], None],
     fail: Callable[[str], AssertionError],
-    ctx_methods: Sequence[str] = (),
+    ctx_methods: Callable[[], Sequence[str]] = tuple,
 ) -> Optional[str]:
     """Export ``target`` called in ``style`` in ``mode`` and ``compare(what, got, expected)``
     its result with eager's. Returns a skip reason where a plain-torch control proves the
-    failure a limit of torch (:func:`torch_limitation`, given the ctx methods the Function
-    calls); raises ``fail(detail)`` for any other
+    failure a limit of torch (:func:`torch_limitation`, given a function returning the ctx
+    methods the Function calls); raises ``fail(detail)`` for any other
     failure to export."""
     called = f"torch.export ({mode[0]}) called {style.label}"
     try:
