@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from compatfn import library
-from library_support import TIERS, make
+from library_support import TIERS, fresh, make
 
 
 @pytest.mark.parametrize("tier", TIERS)
@@ -92,6 +92,70 @@ def test_fake_kernel_runs_for_meta_tensors(tier):
     npcos.register_fake(lambda x: x.new_empty(x.shape))
     out = npcos(torch.empty(2, 3, device="meta"))
     assert out.device.type == "meta" and out.shape == (2, 3)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_the_missing_fake_kernel_error_is_torchs(tier):
+    """torch's message word for word: the op's repr and the name of the function it was made
+    from (hypothesis-free probe against torch 2.13's own op: ``<compatfn.CustomOp(...)>`` and
+    the op's name before)."""
+    if not library.HAS_META_DEVICE:
+        pytest.skip(f"torch {torch.__version__} has no meta device")
+
+    @make(tier, "named")
+    def kernel_fn(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    expected = (
+        f"There was no fake impl registered for <CustomOpDef({kernel_fn._qualname})>. This is "
+        "necessary for torch.compile/export/fx tracing to work. Please use "
+        "`kernel_fn.register_fake` to add an fake impl."
+    )
+    with pytest.raises(RuntimeError) as raised:
+        kernel_fn(torch.zeros(1, device="meta"))
+    assert str(raised.value).split("\n")[0] == expected
+    assert repr(kernel_fn) == f"<CustomOpDef({kernel_fn._qualname})>"
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_an_op_that_only_mutates_needs_no_fake_kernel(tier):
+    """torch >= 2.5's own op: an op that mutates an argument and returns nothing has a trivial
+    fake impl (None), so meta tensors (and FakeTensor, torch.compile's AOT backends) run without
+    ``register_fake``; the kernel does not run and the argument's version goes up once. An op
+    that returns something still raises."""
+    if not library.HAS_META_DEVICE:
+        pytest.skip(f"torch {torch.__version__} has no meta device")
+    ran: List[str] = []
+
+    @make(tier, "scale_", mutates_args=("x",))
+    def scale_(x: torch.Tensor, s: float = 2.0) -> None:
+        ran.append("kernel")
+        x.mul_(s)
+
+    meta = torch.ones(3, device="meta")
+    before = meta._version
+    if tier == "torch" and not _torch_has_trivial_fake():  # torch 2.4: the torch tier is its op
+        with pytest.raises(RuntimeError, match="There was no fake impl registered for"):
+            scale_(meta)
+        return
+    assert scale_(meta) is None and ran == []
+    assert meta._version == before + 1
+    cpu = torch.ones(3)
+    assert scale_(cpu) is None and ran == ["kernel"] and torch.equal(cpu, torch.full((3,), 2.0))
+
+
+def _torch_has_trivial_fake() -> bool:
+    """Whether torch's own custom_op runs a mutating op returning nothing on meta tensors."""
+
+    @torch.library.custom_op(f"{fresh('control')}::scale_", mutates_args=("x",))
+    def scale_(x: torch.Tensor) -> None:
+        x.mul_(2)
+
+    try:
+        scale_(torch.ones(1, device="meta"))
+    except RuntimeError:
+        return False
+    return True
 
 
 @pytest.mark.parametrize("tier", TIERS)

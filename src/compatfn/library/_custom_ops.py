@@ -133,8 +133,8 @@ class CustomOp:
         objects.append(self)
         OPS[qualname] = self
 
-    def __repr__(self) -> str:
-        return f"<compatfn.CustomOp({self._qualname}{self._schema.split(' ->')[0]})>"
+    def __repr__(self) -> str:  # torch's op object's
+        return f"<CustomOpDef({self._qualname})>"
 
     # ---------------------------------------------------------------- calling
 

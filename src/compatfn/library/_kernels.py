@@ -53,16 +53,40 @@ def kernel_for(op: CustomOp, inputs: tuple) -> Callable:
 
 
 def _meta_kernel_for(op: CustomOp) -> Callable:
-    """The fake kernel, else a kernel registered for ``"meta"``, else torch's error (the
-    device-generic kernel never runs for meta tensors, as on torch >= 2.4)."""
+    """The fake kernel, else a kernel registered for ``"meta"``, else, for an op that mutates
+    arguments and returns nothing, one returning None (torch's trivial fake impl, torch >= 2.5),
+    else torch's error (the device-generic kernel never runs for meta tensors, as on torch >=
+    2.4)."""
     kernel = op._fake or op._kernels.get("meta")
+    if kernel is None and _has_trivial_fake(op._schema):
+        return _returns_nothing
     if kernel is None:
         raise RuntimeError(
             f"There was no fake impl registered for {op!r}. This is necessary for "
             f"torch.compile/export/fx tracing to work. Please use "
-            f"`{op._name}.register_fake` to add an fake impl."
+            f"`{getattr(op.__wrapped__, '__name__', op._name)}.register_fake` to add an "
+            "fake impl."
         )
     return kernel
+
+
+def _has_trivial_fake(schema: str) -> bool:
+    """Whether an op of ``schema`` mutates an argument and returns nothing: its fake impl is
+    trivial (torch's ``can_generate_trivial_fake_impl``).
+
+    Example::
+
+        >>> _has_trivial_fake("(Tensor(a0!) x, float s) -> ()")
+        True
+        >>> _has_trivial_fake("(Tensor x) -> ()")
+        False
+    """
+    arguments, returns = schema.rsplit("->", 1)
+    return "!" in arguments and returns.strip() == "()"
+
+
+def _returns_nothing(*args: Any, **kwargs: Any) -> None:
+    return None
 
 
 def run_kernel(op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any]) -> Any:
