@@ -20,6 +20,7 @@ with that torch::
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import math
 import re
@@ -31,6 +32,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from hypothesis import strategies as st
+
+from compatfn.library import HAS_META_DEVICE
 
 #: Where the outcomes of torch's own op for the fixed set of cases are stored.
 RECORDED = Path(__file__).parent / "data" / "custom_op_oracle.json"
@@ -85,11 +88,16 @@ CONTEXTS = [
     "profiler",
     "thread",
 ]
+#: Contexts drawn only where cases run side by side with torch's own op (torch >= 2.4): the
+#: stored outcomes of the older rows do not have them. ``meta``: each tensor argument on the meta
+#: device; ``fake_mode``: FakeTensors under their FakeTensorMode; ``dispatch_mode``: a
+#: TorchDispatchMode sees the op (and a nested op).
+SIDE_BY_SIDE_CONTEXTS = ["meta", "fake_mode", "dispatch_mode"]
 
 
 @st.composite
-def cases(draw: Any) -> Dict[str, Any]:
-    """A generated case (See the module docstring)."""
+def cases(draw: Any, contexts: List[str] = CONTEXTS) -> Dict[str, Any]:
+    """A generated case (See the module docstring), its context one of ``contexts``."""
     params: List[Dict[str, Any]] = [{"name": "x", "type": "Tensor", "default": "none"}]
     extra = draw(st.lists(st.sampled_from(["Tensor", *TENSOR_TYPES[1:], *SCALARS]), max_size=3))
     for i, kind in enumerate(extra):
@@ -133,7 +141,7 @@ def cases(draw: Any) -> Dict[str, Any]:
         "schema": draw(st.sampled_from(["none", "none", "given", "float_for_int"])),
         "args": args,
         "grad": sorted(draw(st.sets(st.sampled_from(tensor_names)))),
-        "context": draw(st.sampled_from(CONTEXTS)),
+        "context": draw(st.sampled_from(contexts)),
     }
 
 
@@ -457,11 +465,25 @@ _CONTEXT_NEEDS = {
 
 #: ``checkpoint(..., use_reentrant=False)`` is torch >= 1.11 (1.10 has saved-tensor hooks but
 #: refuses the keyword: "Unexpected keyword arguments: use_reentrant").
-_NO_USE_REENTRANT = tuple(int(p) for p in torch.__version__.split(".")[:2]) < (1, 11)
+_TORCH = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+_NO_USE_REENTRANT = _TORCH < (1, 11)
+
+
+def _importable(module: str, name: str) -> bool:
+    try:
+        return hasattr(importlib.import_module(module), name)
+    except ImportError:
+        return False
 
 
 def context_missing(name: str) -> Optional[str]:
     """Why this torch cannot run the context ``name``, or None."""
+    if name == "meta" and not HAS_META_DEVICE:
+        return f"torch {torch.__version__} has no meta device (context meta)"
+    if name == "fake_mode" and not _importable("torch._subclasses.fake_tensor", "FakeTensorMode"):
+        return f"torch {torch.__version__} has no FakeTensorMode (context fake_mode)"
+    if name == "dispatch_mode" and _TORCH[:2] < (2, 0):  # 1.12-1.13: another mode API
+        return f"torch {torch.__version__} has no TorchDispatchMode as 2.0 has (context {name})"
     attribute, owner = _CONTEXT_NEEDS.get(name, ("__name__", torch))
     if name == "checkpoint" and _NO_USE_REENTRANT:
         return f"torch {torch.__version__} has no non-reentrant checkpoint (torch >= 1.11)"
@@ -503,6 +525,17 @@ def _context(name: str, events: List[str]) -> Any:
                 return func(*args, **(kw or {}))
 
         with Seen():
+            yield None
+    elif name == "dispatch_mode":
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Dispatched(TorchDispatchMode):  # type: ignore[misc]
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kw: Any = None):
+                if _NAMESPACE.search(str(func)):  # the op (and a nested op)
+                    events.append(normalise(str(func)))
+                return func(*args, **(kw or {}))
+
+        with Dispatched():
             yield None
     elif name == "profiler":  # the names of the events of the op (and of a nested op)
         with torch.autograd.profiler.profile() as prof:
@@ -569,12 +602,58 @@ def _is_inference(t: torch.Tensor) -> bool:
     return False
 
 
+def _abstract(t: torch.Tensor) -> bool:
+    """A tensor without data: on the meta device, or a FakeTensor."""
+    return bool(t.is_meta) or type(t).__name__ == "FakeTensor"
+
+
+def _converted(values: List[Any], convert: Callable[[Any], Any], into: List[Any]) -> List[Any]:
+    """``values`` with each tensor (in lists too) replaced by ``convert(tensor)``, appended to
+    ``into`` in order."""
+
+    def one(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            into.append(convert(value))
+            return into[-1]
+        if isinstance(value, list):
+            return [one(v) for v in value]
+        return value
+
+    return [one(v) for v in values]
+
+
+def _abstract_arguments(
+    context: str, positional: list, keywords: dict
+) -> Tuple[list, dict, List[Any], Any]:
+    """The call's arguments on the meta device or as FakeTensors (with the FakeTensorMode to
+    call under), each a leaf requiring grad as its original does; the new tensors in order."""
+    mode: Any = contextlib.nullcontext()
+    if context == "fake_mode":
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        mode = FakeTensorMode()
+
+        def convert(t: Any) -> Any:
+            return mode.from_tensor(t.detach()).requires_grad_(t.requires_grad)
+
+    else:
+
+        def convert(t: Any) -> Any:
+            return t.detach().to("meta").requires_grad_(t.requires_grad)
+
+    tensors: List[Any] = []
+    positional = _converted(positional, convert, tensors)
+    names = list(keywords)
+    values = _converted([keywords[n] for n in names], convert, tensors)
+    return positional, dict(zip(names, values)), tensors, mode
+
+
 def _describe(value: Any, inputs: List[Any]) -> Any:
     if isinstance(value, torch.Tensor):
         same = [i for i, t in enumerate(inputs) if t is value]
         node = type(value.grad_fn).__name__ if value.grad_fn is not None else None
         return {
-            "values": value.detach().tolist() if not value.is_meta else list(value.shape),
+            "values": list(value.shape) if _abstract(value) else value.detach().tolist(),
             "requires_grad": value.requires_grad,
             "node": normalise(node) if node else None,
             "is_input": same[0] if same else None,
@@ -597,11 +676,18 @@ def outcome(case: Dict[str, Any], maker: Callable, qualname: str) -> Dict[str, A
     if case["context"] == "neg_views":  # each tensor argument a lazily negated view
         positional = [_neg_view(v) for v in positional]
         keywords = {k: _neg_view(v) for k, v in keywords.items()}
+    mode: Any = contextlib.nullcontext()
+    if case["context"] in ("meta", "fake_mode"):
+        positional, keywords, tensors, mode = _abstract_arguments(
+            case["context"], positional, keywords
+        )
+    # Versions counted from here: torch 1.9's to("meta") leaves a new tensor's at 1.
+    start = [t._version for t in tensors if not _is_inference(t)]
     events: List[str] = []
     torch.manual_seed(1)
     output: Any = None
     try:
-        with _context(case["context"], events):
+        with _context(case["context"], events), mode:
             if case["context"] == "checkpoint":
                 from torch.utils.checkpoint import checkpoint
 
@@ -618,10 +704,12 @@ def outcome(case: Dict[str, Any], maker: Callable, qualname: str) -> Dict[str, A
     result["setup"] = state["setup"]
     result["log"] = state["log"]
     result["events"] = events
-    result["versions"] = [t._version for t in tensors if not _is_inference(t)]
-    result["inputs"] = [t.detach().tolist() for t in tensors]
+    versions = [t._version for t in tensors if not _is_inference(t)]
+    result["versions"] = [v - s for v, s in zip(versions, start)]
+    result["inputs"] = [list(t.shape) if _abstract(t) else t.detach().tolist() for t in tensors]
     result["param"] = state["param"].detach().tolist()
-    result["backward"] = _backward_outcome(output, tensors, state)
+    with mode:  # FakeTensors backpropagate under their mode
+        result["backward"] = _backward_outcome(output, tensors, state)
     return result
 
 
@@ -637,7 +725,7 @@ def _backward_outcome(output: Any, tensors: List[Any], state: Dict[str, Any]) ->
         )
     except Exception as e:
         return {"error": _error(e)}
-    return [None if g is None else g.tolist() for g in grads]
+    return [None if g is None else list(g.shape) if _abstract(g) else g.tolist() for g in grads]
 
 
 # --------------------------------------------------------------------------- regressions
@@ -732,6 +820,12 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
     ),
     "the profiler, input requiring grad": case(grad=["x"], autograd=True, context="profiler"),
     "in a thread of its own": case("capture_param", grad=["x"], autograd=True, context="thread"),
+    "a declared mutation of a meta tensor, no fake kernel": case(mutates=["x"], context="meta"),
+    "a declared mutation under FakeTensorMode": case(mutates=["x"], fake=True, context="fake_mode"),
+    "an op that only mutates needs no fake kernel": case(
+        "inplace_declared", 0, mutates=["x"], context="meta"
+    ),
+    "a TorchDispatchMode sees the op": case(grad=["x"], autograd=True, context="dispatch_mode"),
 }
 
 # --------------------------------------------------------------------------- the stored set

@@ -26,6 +26,7 @@ from compatfn.library._infer_schema import (
 )
 from compatfn.library._kernels import (
     as_autograd_returned,
+    bump_declared,
     check_device_types,
     is_inference,
     run_kernel,
@@ -261,6 +262,7 @@ class CustomOp:
 
     def _meta_kernel(self, *args: Any, **kwargs: Any) -> Any:
         assert self._fake is not None
+        bump_declared(self, self._bind(args, kwargs)[0])
         return self._fake(*args, **kwargs)
 
     def _autograd_kernel(self, *args: Any, **kwargs: Any) -> Any:

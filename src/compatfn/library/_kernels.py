@@ -95,17 +95,22 @@ def run_kernel(op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any]) -> Any
     # No operator: lazy views are resolved here (See NOTE: [what the dispatcher does around a call])
     if op._opoverload is None and lazy_views(inputs):
         inputs = resolved(op, inputs)
+    bump_declared(op, inputs)
     kernel = kernel_for(op, inputs)
-    if kernel is not op._fake:
-        # As torch's ADInplaceOrView kernel of a mutating custom op: each declared argument's
-        # version goes up once before the kernel runs (whatever the kernel does, or if it raises).
-        for t in _mutated_tensors(op, inputs):
-            if not is_inference(t):  # an inference tensor has no version counter
-                bump_version(t)
     output = kernel(*inputs, **keyword_only)
     if kernel is not op._fake:
         return checked_output(op, inputs, output, kernel)
     return output
+
+
+def bump_declared(op: CustomOp, inputs: tuple) -> None:
+    """As torch's ADInplaceOrView kernel of a mutating custom op: each declared argument's
+    version goes up once before the kernel runs (whatever the kernel does, or if it raises, or
+    if there is none for the device: a meta tensor without a fake kernel), the fake kernel
+    included."""
+    for t in _mutated_tensors(op, inputs):
+        if not is_inference(t):  # an inference tensor has no version counter
+            bump_version(t)
 
 
 def tensor_return_count(schema: str) -> int:
