@@ -46,6 +46,21 @@ def dynamo_binds_the_keywords(made: Made, style: str, args: Arguments) -> bool:
     return bool(calls(made.spec, args, defaults(made.hand_written))[style][1])
 
 
+#: torch 2.13 and 2.14 (measured; dynamo mishandles ``*args`` before 2.15, core's
+#: ``_DYNAMO_MISHANDLES_VARARGS``): a forward with ``*args`` called with no input requiring grad
+#: fails in torch.compile(fullgraph) and strict torch.export for the hand-written Function and the
+#: decorated class alike, but with other errors: dynamo binds a tensor to the hand-written
+#: forward's scalar parameter (TorchRuntimeError, data-dependent branching) and to the decorated
+#: class's legacy form's ctx (Unsupported). A known difference of the error only:
+#: test_differential_regressions.test_varargs_without_grad_fails_with_another_error.
+VARARGS_FAIL_DIFFERENTLY = (2, 13) <= core._TORCH_VERSION[:2] < (2, 15)
+
+
+def varargs_without_grad(made: Made, args: Arguments) -> bool:
+    """Whether this call is one :data:`VARARGS_FAIL_DIFFERENTLY` names."""
+    return VARARGS_FAIL_DIFFERENTLY and made.spec.rest and not any(args.grads)
+
+
 EXPORT = getattr(getattr(torch, "export", None), "export", None)
 NON_STRICT = EXPORT is not None and "strict" in inspect.signature(EXPORT).parameters
 #: Runs a class in one traced context (``eager=True``: the same call, not traced).
