@@ -220,13 +220,13 @@ def test_jit_trace_error_names_the_function():
 @pytest.mark.xfail(
     VARARGS_FAIL_DIFFERENTLY,
     strict=True,
-    reason="torch 2.13-2.14: a forward with *args and no input requiring grad fails strict "
+    reason="torch 2.8-2.14: a forward with *args and no input requiring grad fails strict "
     "export for the hand-written Function and the decorated class alike, with other errors "
     "(dynamo misbinds the varargs)",
 )
 def test_varargs_without_grad_fails_with_another_error():
     """``forward(x, p0_bool=True, p1_bool=True, *rest)`` called with two extra tensors, none
-    requiring grad, exported strictly (hypothesis on the first torch 2.14 run; 2.13 too): the
+    requiring grad, exported strictly (hypothesis on the first torch 2.14 run; 2.8-2.13 too): the
     hand-written Function fails with TorchRuntimeError (a tensor bound to a bool parameter), the
     decorated class with Unsupported (a tensor bound to ctx)."""
     bools = (Param("p0_bool", "bool", "True"), Param("p1_bool", "bool", "True"))
