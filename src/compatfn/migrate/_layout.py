@@ -40,15 +40,26 @@ INI_KEYS = (
 LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
 
+def _toml_lines(path: Path) -> List[str]:
+    """The lines of a TOML file without comments, stripped."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return [raw.split("#", 1)[0].strip() for raw in text.splitlines()]
+
+
+def _toml_table(line: str) -> Optional[str]:
+    """The table a ``[table]`` header line opens (quotes and spaces dropped), else None."""
+    header = re.fullmatch(r"\[\s*([^\[\]]+?)\s*\]", line)
+    return header.group(1).replace('"', "").replace(" ", "") if header else None
+
+
 def _toml_value(path: Path, section: str, key: str) -> Optional[int]:
     """``key`` of ``[section]`` in a TOML file, read by a plain scan of its lines (no TOML parser
     on Python 3.8-3.10; these settings are one ``key = number`` line)."""
     current = ""
-    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        line = raw.split("#", 1)[0].strip()
-        header = re.fullmatch(r"\[\s*([^\[\]]+?)\s*\]", line)
-        if header:
-            current = header.group(1).replace('"', "").replace(" ", "")
+    for line in _toml_lines(path):
+        table = _toml_table(line)
+        if table is not None:
+            current = table
             continue
         match = re.fullmatch(rf"{re.escape(key)}\s*=\s*(\d+)", line)
         if match and current == section:
@@ -56,12 +67,21 @@ def _toml_value(path: Path, section: str, key: str) -> Optional[int]:
     return None
 
 
-def _ini_value(path: Path, section: str, key: str) -> Optional[int]:
+def _ini_parser(path: Path) -> Optional[configparser.ConfigParser]:
+    """The INI file read, or None where it does not parse."""
     parser = configparser.ConfigParser(interpolation=None)
     try:
         parser.read(path, encoding="utf-8")
-        value = parser.get(section, key, fallback=None)
     except (configparser.Error, UnicodeDecodeError):
+        return None
+    return parser
+
+
+def _ini_value(path: Path, section: str, key: str) -> Optional[int]:
+    parser = _ini_parser(path)
+    try:
+        value = parser.get(section, key, fallback=None) if parser is not None else None
+    except configparser.Error:
         return None
     return int(value) if value is not None and value.strip().isdigit() else None
 
@@ -124,22 +144,13 @@ def _folder_value(folder: Path) -> Optional[int]:
 
 def _toml_has(path: Path, section: str) -> bool:
     """Whether the TOML file has table ``[section]`` (or a sub-table of it)."""
-    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        header = re.fullmatch(r"\[\s*([^\[\]]+?)\s*\]", raw.split("#", 1)[0].strip())
-        if header:
-            table = header.group(1).replace('"', "").replace(" ", "")
-            if table == section or table.startswith(f"{section}."):
-                return True
-    return False
+    tables = (_toml_table(line) for line in _toml_lines(path))
+    return any(t is not None and (t == section or t.startswith(f"{section}.")) for t in tables)
 
 
 def _ini_has(path: Path, section: str) -> bool:
-    parser = configparser.ConfigParser(interpolation=None)
-    try:
-        parser.read(path, encoding="utf-8")
-    except (configparser.Error, UnicodeDecodeError):
-        return False
-    return parser.has_section(section)
+    parser = _ini_parser(path)
+    return parser is not None and parser.has_section(section)
 
 
 def _one_line_statements(source: str) -> Set[int]:
