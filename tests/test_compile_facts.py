@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional, Tuple
 import pytest
 import torch
 
+import compatfn
 from compatfn import core
 from toy_functions import (
     DEFAULT_CALLS,
@@ -144,3 +145,28 @@ def test_the_class_takes_the_legacy_form_exactly_where_a_fact_holds() -> None:
     with_varargs = CASES[("varargs", False)]()
     assert with_varargs == (core._CLASS_TAKES_LEGACY_FORM or core._DYNAMO_MISHANDLES_VARARGS)
     assert with_defaults == (core._CLASS_TAKES_LEGACY_FORM or core._DYNAMO_OMITS_DEFAULTS)
+
+
+def test_dynamo_counts_parameters_fact() -> None:
+    """core's ``_DYNAMO_COUNTS_PARAMETERS``: a hand-written ``forward(ctx, x, *rest)`` called
+    without grad with three arguments (as many as its parameters, ctx included) gets them one
+    parameter early in compiled code (``x`` is the second argument: other values, no error),
+    exactly where the fact holds; the decorated class computes what eager does on every row."""
+    import torch._dynamo
+
+    undecorated, hand_written = _doubling_with_varargs()
+    decorated = compatfn.function(undecorated)
+    a, b, c = torch.tensor([1.0]), torch.tensor([10.0]), torch.tensor([100.0])
+    results = {}
+    for cls in (hand_written, decorated):
+        torch._dynamo.reset()
+        run = torch.compile(lambda *t, cls=cls: cls.apply(*t), backend="eager", fullgraph=True)
+        results[cls] = run(a, b, c)
+    torch._dynamo.reset()
+    assert torch.equal(results[decorated], a * 2)
+    shifted = torch.equal(results[hand_written], b * 2)
+    assert shifted == core._DYNAMO_COUNTS_PARAMETERS, (
+        f"torch {torch.__version__}: fact says dynamo "
+        f"{'passes' if core._DYNAMO_COUNTS_PARAMETERS else 'does not pass'} such a call no ctx; "
+        f"measured: the hand-written Function returned {results[hand_written]} (eager: {a * 2})"
+    )

@@ -31,7 +31,6 @@ from differential_traced import (
     dynamo_binds_the_keywords,
     exported,
     traced,
-    varargs_without_grad,
 )
 from function_specs import Made, build
 from spec_arguments import Arguments, arguments, calls, defaults, specs
@@ -64,7 +63,6 @@ def test_compiles_like_hand_written(backend, examples):
     def check(case):
         made, style, args = case
         assume(not dynamo_binds_the_keywords(made, style, args))
-        assume(not varargs_without_grad(made, args))  # a regression test holds it
         check_like_control(
             made,
             style,
@@ -90,7 +88,11 @@ def test_graph_breaks_like_hand_written():
         assume(not (made.spec.inplace and made.spec.warn))
         assume(not dynamo_binds_the_keywords(made, style, args))
         what = "torch.compile(backend='eager'), graphs counted"
-        check_like_control(made, style, args, compiled("eager", fullgraph=False), what)
+        # Where dynamo breaks the graph, the decorated class's call may be compiled as a frame of
+        # its own where the hand-written one's runs eagerly (torch 2.8: an in-place output is a
+        # view there): test_graph_break_before_an_in_place_call.
+        run = compiled("eager", fullgraph=False)
+        check_like_control(made, style, args, run, what, views=False)
 
     check()
 
@@ -119,7 +121,6 @@ def test_exports_like_hand_written(strict):
     def check(case):
         made, style, args = case
         assume(not (strict and dynamo_binds_the_keywords(made, style, args)))
-        assume(not (strict and varargs_without_grad(made, args)))  # a regression test holds it
         check_like_control(made, style, args, exported(strict), f"torch.export(strict={strict})")
 
     check()

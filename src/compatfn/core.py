@@ -223,6 +223,14 @@ _DYNAMO_OMITS_DEFAULTS = _HAS_SETUP_CONTEXT
 #: legacy Function compiles on each). Classes whose forward has ``*args`` take the legacy form.
 _DYNAMO_MISHANDLES_VARARGS = _HAS_SETUP_CONTEXT and _TORCH_VERSION < (2, 15)
 
+#: torch 2.6-2.14: tracing a call in which no input requires grad, dynamo passes forward no ctx
+#: when the arguments are as many as forward's parameters, ctx and ``*args`` included (a test meant
+#: for the setup_context style): a legacy ``forward(ctx, x, *rest)`` called with three arguments
+#: gets them one parameter early (measured on 2.8, 2.12, 2.13, 2.14; a hand-written Function
+#: fails so; 2.15 tests for setup_context instead). See NOTE: [dynamo counts forward's parameters].
+# Upstream: https://github.com/pytorch/pytorch/pull/137809
+_DYNAMO_COUNTS_PARAMETERS = _HAS_SETUP_CONTEXT and (2, 6) <= _TORCH_VERSION < (2, 15)
+
 #: torch 2.2: dynamo fails a legacy Function whose forward has a default when no input requires
 #: grad (InternalTorchDynamoError "type object 'FunctionMeta' has no attribute 'forward'": the guard
 #: it installs on the default reads ``cls.__class__.forward``; measured on 2.2.2, not on 2.1.2 or
@@ -917,6 +925,37 @@ def _forward_called_directly(forward: Callable) -> TypeError:
     )
 
 
+# NOTE: [dynamo counts forward's parameters]
+# torch 2.6-2.14's dynamo, tracing a Function call in which no input requires grad, passes forward
+# no ctx when the arguments are exactly as many as forward's parameters, ctx and ``*args``
+# included (_DYNAMO_COUNTS_PARAMETERS). A legacy forward with ``*args`` meets that count whenever
+# a call passes exactly two arguments to ``*args``, and every argument lands one parameter early
+# (a hand-written Function fails so, or computes with the wrong arguments). Dynamo intercepts
+# ``Fn.apply`` before compatfn's code runs, so the legacy form compatfn generates for such a
+# forward takes what it got for ctx as the first argument while dynamo traces: forward then gets
+# its arguments as given, and its output is what the call returns. setup_context is not run:
+# without grad nothing it records is used (a hand-written Function bound right would record it
+# for nothing). Outside dynamo a call without ctx is a direct ``Fn.forward(...)``, refused as
+# before (NOTE: [forward called directly]).
+
+
+def _forward_without_ctx(forward: Callable, k: int, error: Optional[Callable]) -> Callable:
+    """What the legacy form of a forward with ``*args`` runs when it gets no ctx. See NOTE:
+    [dynamo counts forward's parameters]."""
+
+    def forward_without_ctx(*args: Any) -> Any:
+        if not _dynamo_tracing():
+            raise _forward_called_directly(forward)
+        output = forward(*args)
+        if not k:
+            return output
+        if not isinstance(output, tuple) or len(output) <= k:
+            raise error(output)  # type: ignore[misc]
+        return _public_outputs(output, k)
+
+    return forward_without_ctx
+
+
 def _legacy_forward(
     forward: Callable,
     setup_context: Optional[Callable],
@@ -960,10 +999,14 @@ def _legacy_forward(
             header.append("/")
     call, inputs = ", ".join(names), ("(" + ", ".join(names) + ",)") if names else "()"
     tensor = _fresh_name("Tensor", taken)
+    shifted = _DYNAMO_COUNTS_PARAMETERS and any(p.kind is p.VAR_POSITIONAL for p in params)
+    without_ctx = (  # See NOTE: [forward called directly], [dynamo counts forward's parameters]
+        f"return {direct}({', '.join([ctx, *names])})" if shifted else f"raise {direct}()"
+    )
     source = (
         f"def {adapter}({', '.join(header)}):\n"
-        f"    if not isinstance({ctx}, {ctx_type}):\n"  # See NOTE: [forward called directly]
-        f"        raise {direct}()\n"
+        f"    if not isinstance({ctx}, {ctx_type}):\n"
+        f"        {without_ctx}\n"
         f"    {output} = {user_forward}({call})\n"
     )
     if intermediates is not None:
@@ -988,7 +1031,11 @@ def _legacy_forward(
         tensor: torch.Tensor,
         error: intermediates[1] if intermediates is not None else None,
         ctx_type: _FunctionCtx,
-        direct: functools.partial(_forward_called_directly, forward),
+        direct: (
+            _forward_without_ctx(forward, *(intermediates or (0, None)))
+            if shifted
+            else functools.partial(_forward_called_directly, forward)
+        ),
     }
     what = f"{getattr(forward, '__qualname__', 'forward')}: the legacy form @function generated"
     legacy: Any = functools.update_wrapper(_generated(source, what, namespace, adapter), forward)
