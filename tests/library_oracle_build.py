@@ -1,0 +1,251 @@
+"""Building the op of a case of ``compatfn.custom_op``'s differential oracle (``library_oracle``):
+its schema and kernel source, the op made by compatfn's or torch's ``custom_op`` with the fake
+kernel and autograd formula the case registers, and the state its kernel reads and writes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from library_oracle_cases import SCALARS
+
+_TYPE_SOURCE = {
+    "Tensor": "torch.Tensor",
+    "Optional[Tensor]": "Optional[torch.Tensor]",
+    "List[Tensor]": "List[torch.Tensor]",
+    **{k: v[0] for k, v in SCALARS.items()},
+}
+_SCHEMA_TYPE = {
+    "Tensor": "Tensor",
+    "Optional[Tensor]": "Tensor?",
+    "List[Tensor]": "Tensor[]",
+    "float": "float",
+    "int": "int",
+    "bool": "bool",
+    "str": "str",
+    "Optional[float]": "float?",
+    "List[int]": "int[]",
+}
+
+
+def _schema(case: Dict[str, Any]) -> Optional[str]:
+    if case["schema"] == "none":
+        return None
+    parts = []
+    for p in case["params"]:
+        kind = _SCHEMA_TYPE[p["type"]]
+        if case["schema"] == "float_for_int" and p["type"] == "int":
+            kind = "float"
+        if p["name"] in case["mutates"]:
+            kind = f"Tensor(a{p['name']}!)"
+        default = "" if p["default"] == "none" else "=" + _schema_default(p["default"], kind)
+        parts.append(f"{kind} {p['name']}{default}")
+    n = case["outputs"]
+    returns = "()" if n == 0 else "Tensor" if n == 1 else "(" + ", ".join(["Tensor"] * n) + ")"
+    return f"({', '.join(parts)}) -> {returns}"
+
+
+def _schema_default(value: Any, kind: str) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, str):
+        return f'"{value}"'
+    if kind == "float" and isinstance(value, int):
+        return repr(float(value))
+    return repr(value)
+
+
+def _returns(n: int) -> str:
+    if n == 0:
+        return "None"
+    if n == 1:
+        return "torch.Tensor"
+    return "Tuple[" + ", ".join(["torch.Tensor"] * n) + "]"
+
+
+def _kernel_source(case: Dict[str, Any]) -> str:
+    params = case["params"]
+    sig = []
+    for p in params:
+        default = "" if p["default"] == "none" else f" = {_py_default(p['default'])}"
+        sig.append(f"{p['name']}: {_TYPE_SOURCE[p['type']]}{default}")
+    n = case["outputs"]
+    body = [
+        "state['calls'] += 1",
+        "state['log'].append(_seen((" + ", ".join(p["name"] for p in params) + ",)))",
+        "base = x.detach().clone() if False else x * 1",
+    ]
+    for p in params[1:]:
+        body.append(f"base = _mix(base, {p['name']})")
+    kernel = case["kernel"]
+    outs = [f"(base + {i})" for i in range(n)]
+    if kernel == "inplace_declared" or kernel == "inplace_undeclared":
+        body.insert(2, "x.add_(1)")
+        outs = [f"(base + {i}).clone()" for i in range(n)]
+    elif kernel == "capture_param":
+        outs = [f"(base * state['param'] + {i})" for i in range(n)]
+    elif kernel == "capture_param_inplace":
+        body.append("state['param'].add_(1)")
+    elif kernel == "random":
+        body.append("base = base + torch.rand_like(base)")
+    elif kernel == "nested":
+        body.append("base = state['inner'](base)")
+    elif kernel == "autograd_grad":
+        body.append("(g,) = torch.autograd.grad((state['param'] * 2).sum(), state['param'])")
+        body.append("base = base + g")
+    elif kernel == "raising":
+        body.append("raise ValueError('the kernel refuses ' + str(tuple(x.shape)))")
+    special = {
+        "return_input": ["x"] * n,
+        "return_view": ["x.view(-1)"] * n,
+        "return_param": ["state['param']", *outs[1:]],
+        "return_param_view": ["state['param'][:3]", *outs[1:]],
+        "return_nonleaf": ["state['nonleaf']", *outs[1:]],
+    }
+    outs = special.get(kernel, outs)
+    if n == 0 or kernel == "return_none":
+        body.append("return None")
+    elif kernel == "return_float":
+        body.append(
+            "return 1.0" if n == 1 else "return (1.0,) + tuple([" + ", ".join(outs[1:]) + "])"
+        )
+    elif kernel == "one_tuple":
+        body.append(f"return ({outs[0]},)")
+    elif kernel == "list_for_tuple":
+        body.append("return [" + ", ".join(outs) + "]")
+    elif n == 1:
+        body.append(f"return {outs[0]}")
+    else:
+        body.append("return (" + ", ".join(outs) + ")")
+    lines = [f"def kernel({', '.join(sig)}) -> {_returns(n)}:"] + [f"    {b}" for b in body]
+    return "\n".join(lines) + "\n"
+
+
+def _py_default(value: Any) -> str:
+    if isinstance(value, float) and value == 0.0 and math.copysign(1.0, value) < 0:
+        return "-0.0"
+    return repr(value)
+
+
+def _seen(values: tuple) -> List[str]:
+    """What reached the kernel: each argument's type and value (a sign of zero included)."""
+    seen = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            lazy = ",lazy" if getattr(v, "is_neg", lambda: False)() or _is_conj(v) else ""
+            seen.append(f"Tensor({v.requires_grad},{v.grad_fn is not None}{lazy})")
+        elif isinstance(v, float):
+            seen.append(f"float({v!r},{math.copysign(1.0, v)})")
+        elif isinstance(v, list):
+            seen.append("list[" + ",".join(_seen(tuple(v))) + "]")
+        else:
+            seen.append(f"{type(v).__name__}({v!r})")
+    seen.append(f"grad={torch.is_grad_enabled()}")
+    inference = getattr(torch, "is_inference_mode_enabled", lambda: False)()
+    seen.append(f"inference={inference}")
+    return seen
+
+
+def _is_conj(t: torch.Tensor) -> bool:
+    return bool(getattr(t, "is_conj", lambda: False)())
+
+
+def _mix(base: torch.Tensor, value: Any) -> torch.Tensor:
+    """``base`` changed by an argument so that its value shows in the output."""
+    if isinstance(value, torch.Tensor):
+        return base + value
+    if isinstance(value, list):
+        for v in value:
+            base = _mix(base, v)
+        return base
+    if value is None:
+        return base - 1
+    if isinstance(value, bool):
+        return base + (3 if value else 5)
+    if isinstance(value, float):
+        return base + math.copysign(1.0, value) * (1 + abs(value))
+    if isinstance(value, int):
+        return base + value
+    if isinstance(value, str):
+        return base + len(value)
+    return base
+
+
+def build(case: Dict[str, Any], maker: Callable, qualname: str) -> Tuple[Any, Dict[str, Any]]:
+    """The op of ``case`` made by ``maker(qualname, fn, mutates_args=, schema=)`` (compatfn's or
+    torch's ``custom_op``), and the state its kernel reads and writes."""
+    torch.manual_seed(0)
+    param = torch.randn(3, requires_grad=True)
+    state: Dict[str, Any] = {"calls": 0, "log": [], "setup": 0, "param": param}
+    state["nonleaf"] = param * 2
+    namespace: Dict[str, Any] = {
+        "torch": torch,
+        "Optional": Optional,
+        "List": List,
+        "Tuple": Tuple,
+        "state": state,
+        "_seen": _seen,
+        "_mix": _mix,
+        "__name__": __name__,  # torch's aliasing error names the kernel's module
+    }
+    # Real annotations (``dont_inherit``: not this module's ``from __future__ import annotations``).
+    code = compile(_kernel_source(case), f"<kernel of {qualname}>", "exec", dont_inherit=True)
+    exec(code, namespace)
+    if case["kernel"] == "nested":
+        inner_fn = _inner_kernel()
+        state["inner"] = maker(qualname + "_inner", inner_fn, mutates_args=(), schema=None)
+    op = maker(
+        qualname, namespace["kernel"], mutates_args=tuple(case["mutates"]), schema=_schema(case)
+    )
+    if case["fake"]:
+        n = case["outputs"]
+
+        def fake(x: Any, *rest: Any, **kw: Any) -> Any:
+            if n == 0:
+                return None
+            return torch.empty_like(x) if n == 1 else tuple(torch.empty_like(x) for _ in range(n))
+
+        op.register_fake(fake)
+    if case["autograd"]:
+        op.register_autograd(_backward(case, state), setup_context=_setup_context(state))
+    return op, state
+
+
+def _inner_kernel() -> Callable:
+    """The op a nested kernel calls (real annotations: torch 2.4 cannot read string ones)."""
+    source = "def inner(t: torch.Tensor) -> torch.Tensor:\n    return t * 3\n"
+    namespace: Dict[str, Any] = {"torch": torch, "__name__": __name__}
+    exec(compile(source, "<inner kernel>", "exec", dont_inherit=True), namespace)
+    return namespace["inner"]  # type: ignore[no-any-return]
+
+
+def _setup_context(state: Dict[str, Any]) -> Callable:
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        state["setup"] += 1
+        ctx.lens = [len(v) if isinstance(v, list) else -1 for v in inputs]
+        ctx.nones = [v is None for v in inputs]
+
+    return setup_context
+
+
+def _backward(case: Dict[str, Any], state: Dict[str, Any]) -> Callable:
+    kinds = [p["type"] for p in case["params"]]
+
+    def backward(ctx: Any, *grads: Any) -> Any:
+        total = sum(g for g in grads if g is not None)
+        result = []
+        for kind, n, none in zip(kinds, ctx.lens, ctx.nones):
+            if kind == "List[Tensor]":
+                result.append([total * 2] * max(n, 0))
+            elif kind in ("Tensor", "Optional[Tensor]") and not none:
+                result.append(total * 2)
+            else:
+                result.append(None)
+        return tuple(result)
+
+    return backward

@@ -1,0 +1,232 @@
+"""The cases of ``compatfn.custom_op``'s differential oracle (``library_oracle``): the strategy
+that draws them (parameter types, kernels and the contexts a call runs under) and the explicit
+cases kept from shrunk failures of the generated ones (:data:`REGRESSIONS`). A case is a plain,
+JSON-able dict; ``library_oracle``'s docstring describes its fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+from hypothesis import strategies as st
+
+# --------------------------------------------------------------------------- strategies
+
+#: type -> (annotation source, defaults to draw, values to pass)
+SCALARS: Dict[str, Tuple[str, List[Any], List[Any]]] = {
+    "float": ("float", [0.0, -0.0, 1.5], [2.0, -0.0, 0.0, 3, "np.float64(2.5)", "big_int"]),
+    "int": ("int", [0, 2], [3, "int64_overflow", True, "np.int64(4)"]),
+    "bool": ("bool", [False, True], [True, False, "np.bool_(True)"]),
+    "str": ("str", ["a"], ["abc", "bytes"]),
+    "Optional[float]": ("Optional[float]", [None], [None, 1.25]),
+    "List[int]": ("List[int]", [], [[1, 2], (3,)]),
+}
+TENSOR_TYPES = ["Tensor", "Optional[Tensor]", "List[Tensor]"]
+KERNELS = [
+    "pure",
+    "pure",
+    "inplace_declared",
+    "inplace_undeclared",
+    "list_for_tuple",
+    "return_input",
+    "return_view",
+    "capture_param",
+    "capture_param_inplace",
+    "return_param",
+    "return_param_view",
+    "return_nonleaf",
+    "nested",
+    "raising",
+    "random",
+    "autograd_grad",
+    "return_none",
+    "return_float",
+    "one_tuple",
+]
+CONTEXTS = [
+    "plain",
+    "plain",
+    "no_grad",
+    "inference_mode",
+    "enable_grad_in_inference",
+    "anomaly",
+    "saved_tensor_hooks",
+    "checkpoint",
+    "torch_function_mode",
+    "forward_ad_level",
+    "neg_views",
+    "profiler",
+    "thread",
+]
+#: Contexts drawn only where cases run side by side with torch's own op (torch >= 2.4): the
+#: stored outcomes of the older rows do not have them. ``meta``: each tensor argument on the meta
+#: device; ``fake_mode``: FakeTensors under their FakeTensorMode; ``dispatch_mode``: a
+#: TorchDispatchMode sees the op (and a nested op).
+SIDE_BY_SIDE_CONTEXTS = ["meta", "fake_mode", "dispatch_mode"]
+
+
+@st.composite
+def cases(draw: Any, contexts: List[str] = CONTEXTS) -> Dict[str, Any]:
+    """A generated case (See ``library_oracle``'s docstring), its context one of ``contexts``."""
+    params: List[Dict[str, Any]] = [{"name": "x", "type": "Tensor", "default": "none"}]
+    extra = draw(st.lists(st.sampled_from(["Tensor", *TENSOR_TYPES[1:], *SCALARS]), max_size=3))
+    for i, kind in enumerate(extra):
+        default: Any = "none"
+        if kind == "Optional[Tensor]":
+            default = draw(st.sampled_from(["none", None]))
+        elif kind in SCALARS and SCALARS[kind][1]:
+            default = draw(st.sampled_from(["none", *SCALARS[kind][1]]))
+        params.append({"name": f"a{i}", "type": kind, "default": default})
+    # No parameter without a default after one with a default.
+    seen_default = False
+    for p in params:
+        if p["default"] != "none":
+            seen_default = True
+        elif seen_default:
+            p["default"] = _first_default(p["type"])
+            if p["default"] == "none":
+                params = params[: params.index(p)]
+                break
+    kernel = draw(st.sampled_from(KERNELS))
+    tensor_names = [p["name"] for p in params if p["type"] == "Tensor"]
+    mutates = sorted(draw(st.sets(st.sampled_from(tensor_names))))
+    if kernel == "inplace_declared" and "x" not in mutates:
+        mutates = ["x", *mutates]
+    outputs = 0 if kernel == "inplace_declared" and draw(st.booleans()) else draw(st.integers(1, 3))
+    if kernel in ("list_for_tuple", "one_tuple"):
+        outputs = max(outputs, 2)
+    args = []
+    for p in params:
+        how = draw(
+            st.sampled_from(["pos", "kw", "left_out"] if p["default"] != "none" else ["pos", "kw"])
+        )
+        args.append({"how": how, "value": _draw_value(draw, p["type"])})
+    return {
+        "params": params,
+        "outputs": outputs,
+        "mutates": mutates,
+        "kernel": kernel,
+        "autograd": not mutates and draw(st.booleans()),
+        "fake": draw(st.booleans()),
+        "schema": draw(st.sampled_from(["none", "none", "given", "float_for_int"])),
+        "args": args,
+        "grad": sorted(draw(st.sets(st.sampled_from(tensor_names)))),
+        "context": draw(st.sampled_from(contexts)),
+    }
+
+
+def _first_default(kind: str) -> Any:
+    if kind == "Optional[Tensor]":
+        return None
+    return SCALARS[kind][1][0] if kind in SCALARS and SCALARS[kind][1] else "none"
+
+
+def _draw_value(draw: Any, kind: str) -> Any:
+    if kind == "Tensor":
+        return "tensor"
+    if kind == "Optional[Tensor]":
+        return draw(st.sampled_from(["tensor", None]))
+    if kind == "List[Tensor]":
+        return draw(st.sampled_from(["tensors2", "tensors0"]))
+    return draw(st.sampled_from(SCALARS[kind][2]))
+
+
+# --------------------------------------------------------------------------- regressions
+
+
+def case(kernel: str = "pure", outputs: int = 1, **fields: Any) -> Dict[str, Any]:
+    """An explicit case: one tensor ``x`` passed by position unless ``params``/``args`` say
+    otherwise, plain context, nothing registered."""
+    result: Dict[str, Any] = {
+        "params": [{"name": "x", "type": "Tensor", "default": "none"}],
+        "outputs": outputs,
+        "mutates": [],
+        "kernel": kernel,
+        "autograd": False,
+        "fake": False,
+        "schema": "none",
+        "args": [{"how": "pos", "value": "tensor"}],
+        "grad": [],
+        "context": "plain",
+    }
+    result.update(fields)
+    return result
+
+
+def _with_scalar(kind: str, default: Any, value: Any, **fields: Any) -> Dict[str, Any]:
+    return case(
+        params=[
+            {"name": "x", "type": "Tensor", "default": "none"},
+            {"name": "a0", "type": kind, "default": default},
+        ],
+        args=[{"how": "pos", "value": "tensor"}, {"how": "pos", "value": value}],
+        **fields,
+    )
+
+
+#: Shrunk failures of the generated cases, each kept as an explicit case (name -> case).
+REGRESSIONS: Dict[str, Dict[str, Any]] = {
+    "a list for a tuple runs the kernel once": case("list_for_tuple", 2),
+    "a list for a tuple, input requiring grad": case(
+        "list_for_tuple", 2, grad=["x"], autograd=True
+    ),
+    "a 1-tuple for two outputs runs the kernel once": case("one_tuple", 2),
+    "None for two outputs runs the kernel once": case("return_none", 2),
+    "None for a tensor runs the kernel once": case("return_none", 1),
+    "a float for a tensor": case("return_float", 1),
+    "an input returned, setup_context not run": case(
+        "return_input", 1, grad=["x"], autograd=True, context="saved_tensor_hooks"
+    ),
+    "a view of an input returned": case("return_view", 1, context="anomaly"),
+    "autograd.grad in the kernel finds no graph": case("autograd_grad"),
+    "a captured leaf changed in place": case("capture_param_inplace"),
+    "a captured non-leaf returned keeps its grad_fn": case("return_nonleaf"),
+    "a view of a captured leaf returned": case("return_param_view"),
+    "enable_grad inside inference_mode records nothing": case(
+        "capture_param", grad=["x"], autograd=True, context="enable_grad_in_inference"
+    ),
+    "inference_mode": case("capture_param", grad=["x"], autograd=True, context="inference_mode"),
+    "explicit schema wins over annotations": _with_scalar("int", "none", 3, schema="float_for_int"),
+    "an int outside int64": _with_scalar("int", "none", "int64_overflow"),
+    "-0.0 for a 0.0 default": _with_scalar("float", 0.0, -0.0),
+    "-0.0 for a 0.0 default, with grad": _with_scalar(
+        "float", 0.0, -0.0, grad=["x"], autograd=True
+    ),
+    "10**400 for a float": _with_scalar("float", "none", "big_int"),
+    "bytes for a str": _with_scalar("str", "none", "bytes"),
+    "np.bool_ for a bool": _with_scalar("bool", "none", "np.bool_(True)"),
+    "np.int64 for an int": _with_scalar("int", "none", "np.int64(4)"),
+    "a declared mutation bumps the version once": case(
+        "inplace_declared", 0, mutates=["x"], context="checkpoint"
+    ),
+    "a declared mutation with a raising kernel": case("raising", 2, mutates=["x"]),
+    "a TorchFunctionMode sees the op": case(context="torch_function_mode"),
+    "a TorchFunctionMode, input requiring grad": case(
+        "nested", grad=["x"], autograd=True, context="torch_function_mode"
+    ),
+    "a lazily negated view is materialized": case(context="neg_views"),
+    "a lazily negated view requiring grad": case(grad=["x"], autograd=True, context="neg_views"),
+    "inside a forward AD level": case("capture_param", grad=["x"], context="forward_ad_level"),
+    "None for an empty tensor list, a tensor after it": case(
+        params=[
+            {"name": "x", "type": "Tensor", "default": "none"},
+            {"name": "a0", "type": "List[Tensor]", "default": "none"},
+            {"name": "a1", "type": "Optional[Tensor]", "default": "none"},
+        ],
+        args=[
+            {"how": "pos", "value": "tensor"},
+            {"how": "pos", "value": "tensors0"},
+            {"how": "pos", "value": "tensor"},
+        ],
+        grad=["x"],
+        autograd=True,
+    ),
+    "the profiler, input requiring grad": case(grad=["x"], autograd=True, context="profiler"),
+    "in a thread of its own": case("capture_param", grad=["x"], autograd=True, context="thread"),
+    "a declared mutation of a meta tensor, no fake kernel": case(mutates=["x"], context="meta"),
+    "a declared mutation under FakeTensorMode": case(mutates=["x"], fake=True, context="fake_mode"),
+    "an op that only mutates needs no fake kernel": case(
+        "inplace_declared", 0, mutates=["x"], context="meta"
+    ),
+    "a TorchDispatchMode sees the op": case(grad=["x"], autograd=True, context="dispatch_mode"),
+}
