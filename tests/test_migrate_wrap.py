@@ -195,6 +195,80 @@ def test_wraps_as_black_does(line, limit, expected):
         )
 
 
+#: Calls and defs with ``*args``: black 26 puts a comma after it only where the file targets
+#: Python 3.6+ (``star_comma``), but always after a ``def``'s only parameter.
+STARRED = [
+    (
+        "        ctx.save_for_backward(first_tensor_argument, second_tensor_argument, *rest_of_them)",
+        60,
+        False,
+        """
+        ctx.save_for_backward(
+            first_tensor_argument,
+            second_tensor_argument,
+            *rest_of_them
+        )
+        """,
+    ),
+    (
+        "        ctx.save_for_backward(first_tensor_argument, second_tensor_argument, *rest_of_them)",
+        60,
+        True,
+        """
+        ctx.save_for_backward(
+            first_tensor_argument,
+            second_tensor_argument,
+            *rest_of_them,
+        )
+        """,
+    ),
+    (
+        "    def forward(first_tensor_argument, second_tensor_argument, *rest_of_the_arguments_here):",
+        79,
+        True,
+        """
+        def forward(
+            first_tensor_argument,
+            second_tensor_argument,
+            *rest_of_the_arguments_here,
+        ):
+        """,
+    ),
+    (
+        "        return helper_function_with_long_name(x, **keyword_arguments_for_the_helper_fn_xx)",
+        79,
+        True,
+        """
+        return helper_function_with_long_name(
+            x, **keyword_arguments_for_the_helper_fn_xx
+        )
+        """,
+    ),
+    (
+        "    def forward(*rest_of_the_arguments_here_too_long_for_one_line_of_eighty_eight_chars_xx):",
+        88,
+        False,
+        """
+        def forward(
+            *rest_of_the_arguments_here_too_long_for_one_line_of_eighty_eight_chars_xx,
+        ):
+        """,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "line, limit, star_comma, expected",
+    STARRED,
+    ids=[f"{c[1]}-{c[2]}-{c[0].strip()[:30]}" for c in STARRED],
+)
+def test_comma_after_star_as_black_puts_it(line, limit, star_comma, expected):
+    indent = len(line) - len(line.lstrip())
+    got = wrap(line, limit, star_comma)
+    assert got is not None
+    assert [part[indent:] for part in got] == _layout(expected)
+
+
 @pytest.mark.parametrize(
     "line",
     [

@@ -931,7 +931,7 @@ def _forward_called_directly(forward: Callable) -> TypeError:
 # included (_DYNAMO_COUNTS_PARAMETERS). A legacy forward with ``*args`` meets that count whenever
 # a call passes exactly two arguments to ``*args``, and every argument lands one parameter early
 # (a hand-written Function fails so, or computes with the wrong arguments). Dynamo intercepts
-# ``Fn.apply`` before compatfn's code runs, so the legacy form compatfn generates for such a
+# ``Fn.apply`` before this module's code runs, so the legacy form generated here for such a
 # forward takes what it got for ctx as the first argument while dynamo traces: forward then gets
 # its arguments as given, and its output is what the call returns. setup_context is not run:
 # without grad nothing it records is used (a hand-written Function bound right would record it

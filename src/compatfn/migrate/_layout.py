@@ -172,9 +172,10 @@ def _one_line_statements(source: str) -> Set[int]:
     return found
 
 
-def wrap_new_lines(old: str, new: str, limit: int) -> str:
+def wrap_new_lines(old: str, new: str, limit: int, star_comma: bool = False) -> str:
     """``new`` with each line that is not in ``old`` and is longer than ``limit`` wrapped as
-    black wraps it. A line as long in ``old`` (the author's own, moved) is left as it is."""
+    black wraps it. A line as long in ``old`` (the author's own, moved) is left as it is.
+    ``star_comma``: the file targets Python 3.6+ (:mod:`._targets`)."""
     old_lines, new_lines = LINE.findall(old), LINE.findall(new)
     long_before = {line.strip() for line in old_lines if len(line.rstrip("\r\n")) > limit}
     whole = _one_line_statements(new)
@@ -190,7 +191,7 @@ def wrap_new_lines(old: str, new: str, limit: int) -> str:
         text = line.rstrip("\r\n")
         if len(text) <= limit or n not in whole or line.strip() in long_before:
             continue
-        wrapped = wrap(text, limit)
+        wrapped = wrap(text, limit, star_comma)
         if wrapped:
             ending = line[len(text) :]
             between = ending or ("\r\n" if new.count("\r\n") else "\n")

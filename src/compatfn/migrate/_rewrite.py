@@ -14,6 +14,7 @@ import ast
 import difflib
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Dict, List, Union
 
 import libcst as cst
@@ -24,6 +25,7 @@ from ._layout import DEFAULT_LINE_LENGTH, wrap_new_lines
 from ._plan import Plan, Planner, methods_of
 from ._soundness import unsound
 from ._syntax import Refused
+from ._targets import targets_python_3_6
 
 DEFAULT_DECORATOR = "compatfn:function"
 LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
@@ -219,14 +221,16 @@ def migrate_source(
         result.migrated, result.notes = [], []
         return result
     module = add_import(module.visit(ReplaceClasses(new)), planner.import_module, planner.api, path)
-    result.new_source = _wrapped(old, module.code, line_length)
+    result.new_source = _wrapped(old, module.code, line_length, path)
     return result
 
 
-def _wrapped(old: str, new: str, line_length: int) -> str:
+def _wrapped(old: str, new: str, line_length: int, path: str) -> str:
     """``new`` with the lines migrate wrote kept within ``line_length`` (as it is, should the
-    wrapped text not parse: a layout is never worth a broken file)."""
-    wrapped = wrap_new_lines(old, new, line_length)
+    wrapped text not parse: a layout is never worth a broken file). A comma follows ``*args``
+    where black would put one (the file at ``path`` targets Python 3.6+)."""
+    file = Path(path) if Path(path).is_file() else None
+    wrapped = wrap_new_lines(old, new, line_length, targets_python_3_6(old, file))
     try:
         ast.parse(wrapped)
     except SyntaxError:

@@ -49,6 +49,7 @@ class Split:
 @dataclass
 class Wrapper:
     limit: int
+    star_comma: bool = False  # a comma after ``*args`` too (the file targets Python 3.6+)
     unit: str = "    "
     force_parens: bool = False
     _omitted: FrozenSet[int] = field(default_factory=frozenset)
@@ -111,7 +112,7 @@ class Wrapper:
     def _second_opinion(self, copy: Line, result: List[Line]) -> List[Line]:
         """The split keeping the optional parentheses, where the one omitting them leaves a
         first line too long and this one fits."""
-        forced = Wrapper(self.limit, self.unit, force_parens=True)
+        forced = Wrapper(self.limit, self.star_comma, self.unit, force_parens=True)
         try:
             other = [done for part in forced.right_split(copy) for done in forced.lines(part)]
         except CannotSplit:
@@ -164,7 +165,8 @@ class Wrapper:
             if found.get(n) == top and n + 1 < len(line.leaves):
                 parts.append([])
         last = parts[-1][-1]
-        if top == COMMA and last.text != "," and not (line.arguments and has_star(line.leaves)):
+        starred = line.arguments and has_star(line.leaves) and not self.star_comma
+        if top == COMMA and last.text != "," and not starred:
             parts[-1].append(Leaf(","))
         return [Line(p, line.indent, inside_brackets=True) for p in parts if p]
 
@@ -189,8 +191,9 @@ class Wrapper:
         opening = leaves[start]
         body = Line(inner, line.indent + self.unit, inside_brackets=True)
         body.arguments = opening.text == "(" and not (opening.atom or opening.invisible)
-        lone = inner and not any(x.text == "," for x in inner) and not has_star(inner)
-        if line.is_def and opening.text == "(" and lone:  # black adds a comma to one parameter
+        lone = inner and not any(x.text == "," for x in inner)
+        if line.is_def and opening.text == "(" and lone:  # black adds a comma to one parameter,
+            # ``*args`` too, whatever the file targets (black 26)
             body.leaves = [*inner, Leaf(",")]
         found = delimiters(body.leaves)
         found.pop(len(body.leaves) - 1, None)
@@ -292,9 +295,10 @@ def _trailers_to_omit(line: Line, limit: int) -> Iterator[List[int]]:
                 opening, closing = leaf.partner, n
 
 
-def wrap(line: str, limit: int) -> Optional[List[str]]:
+def wrap(line: str, limit: int, star_comma: bool = False) -> Optional[List[str]]:
     """``line`` (one physical line, without its line ending) as black would wrap it within
-    ``limit`` characters; None if it fits or is left as it is (see :func:`parse`)."""
+    ``limit`` characters; None if it fits or is left as it is (see :func:`parse`).
+    ``star_comma``: the file targets Python 3.6+, so a comma follows ``*args`` too."""
     if len(line) <= limit:
         return None
     stripped = line.lstrip(" \t")
@@ -311,6 +315,6 @@ def wrap(line: str, limit: int) -> Optional[List[str]]:
         return None  # a body on the header's line, or a header black splits otherwise
     if not is_def and leaves[0].text != "@":
         leaves = with_optional_parens(leaves)
-    result = Wrapper(limit).lines(Line(leaves, indent, is_def=is_def))
+    result = Wrapper(limit, star_comma).lines(Line(leaves, indent, is_def=is_def))
     rendered = [part.render().rstrip() for part in result]
     return rendered if len(rendered) > 1 else None

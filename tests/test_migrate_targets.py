@@ -1,0 +1,70 @@
+"""compatfn.migrate._targets: whether black takes a file to target Python 3.6+ (and so puts a
+comma after ``*args`` in what it explodes), from its configuration or from the file's source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from compatfn.migrate._targets import targets_python_3_6
+
+PLAIN = "def f(x, *args):\n    return g(x, *args)\n"
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        (PLAIN, False),
+        ("x = f'{y}'\n", True),
+        ("from __future__ import annotations\n", True),
+        ("from __future__ import division\n", False),
+        ("n = 1_000\n", True),
+        ("if (n := 1):\n    pass\n", True),
+        ("def f(a, /, b):\n    pass\n", True),
+        ("x = '{}'.format(y)  # f'{y}' in a comment\n", False),
+        ("def broken(:\n", False),
+    ],
+)
+def test_from_the_source(source, expected):
+    assert targets_python_3_6(source, None) is expected
+
+
+def _project(tmp_path: Path, pyproject: str) -> Path:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "pyproject.toml").write_text(pyproject)
+    module = tmp_path / "src" / "lib" / "ops.py"
+    module.parent.mkdir(parents=True)
+    module.write_text(PLAIN)
+    return module
+
+
+@pytest.mark.parametrize(
+    "pyproject, expected",
+    [
+        ('[tool.black]\ntarget-version = ["py38", "py39"]\n', True),
+        ("[tool.black]\ntarget-version = [\n  'py35',\n  'py36',\n]\n", False),
+        ('[project]\nname = "lib"\nrequires-python = ">=3.8"\n', True),
+        ('[project]\nrequires-python = ">=3.5"\n', False),
+        # black's setting wins over the metadata
+        ('[project]\nrequires-python = ">=3.8"\n[tool.black]\ntarget-version = ["py35"]\n', False),
+        # nothing said: the file's own source decides
+        ("[tool.black]\nline-length = 100\n", False),
+    ],
+)
+def test_from_the_configuration(tmp_path, pyproject, expected):
+    assert targets_python_3_6(PLAIN, _project(tmp_path, pyproject)) is expected
+
+
+def test_the_source_decides_where_the_configuration_says_nothing(tmp_path):
+    module = _project(tmp_path, "[tool.black]\nline-length = 100\n")
+    assert targets_python_3_6("x = f'{y}'\n", module) is True
+
+
+def test_the_search_stops_at_the_repository_root(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project]\nrequires-python = ">=3.8"\n')
+    repository = tmp_path / "repo"
+    (repository / ".git").mkdir(parents=True)
+    module = repository / "ops.py"
+    module.write_text(PLAIN)
+    assert targets_python_3_6(PLAIN, module) is False
