@@ -95,6 +95,55 @@ def test_forward_called_directly(call):
     assert torch.equal(Scale.apply(x), x * 2)  # the class still works
 
 
+@compatfn.function
+class Sum(torch.autograd.Function):
+    """``x * 2 + sum(rest)``: a forward with ``*args``."""
+
+    @staticmethod
+    def forward(x, *rest):  # type: ignore[no-untyped-def,override]
+        return x * 2 + sum(rest)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def,override]
+        ctx.n = len(inputs)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[no-untyped-def,override]
+        return (grad * 2,) + (grad,) * (ctx.n - 1)
+
+
+@pytest.mark.parametrize("extra", [0, 1, 2, 3])
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_forward_with_varargs_called_directly(extra, compiled):
+    """Rule 5 for a forward with ``*args``, in compiled code too: on torch 2.6-2.14 the legacy
+    form runs forward without ctx only for the call dynamo itself makes so (NOTE: [dynamo counts
+    forward's parameters]): a direct ``Fn.forward(...)`` raises, whatever its count, except the
+    one count dynamo's own call has inside compiled code (ctx, x and two more: indistinguishable
+    from it), where it returns what ``apply`` returns. Eager: the TypeError naming rule 5."""
+    if compatfn.mode(Sum) == "native":
+        pytest.skip(f"Sum keeps the setup_context style on torch {torch.__version__}")
+    if compiled and core._dynamo_unsupported() is not None:
+        pytest.skip(core._dynamo_unsupported() or "")
+    args = [torch.ones(2)] + [torch.full((2,), 10.0 * (i + 1)) for i in range(extra)]
+    call = (lambda *t: Sum.forward(*t)) if not compiled else _compiled(lambda *t: Sum.forward(*t))
+    if compiled and core._DYNAMO_COUNTS_PARAMETERS and len(args) == 3:
+        assert torch.equal(call(*args), Sum.apply(*args))
+        return
+    if compiled:  # dynamo reports the TypeError in its words, which differ per release
+        with pytest.raises((TypeError, RuntimeError)):  # dynamo's errors are RuntimeErrors
+            call(*args)
+        return
+    with pytest.raises(TypeError, match=r"Sum.forward was called directly"):
+        call(*args)
+
+
+def _compiled(fn: Any) -> Any:
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="eager", fullgraph=True)
+
+
 def test_pickled_by_reference():
     assert pickle.loads(pickle.dumps(Scale)) is Scale
 

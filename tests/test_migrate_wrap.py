@@ -199,7 +199,8 @@ def test_wraps_as_black_does(line, limit, expected):
 #: Python 3.6+ (``star_comma``), but always after a ``def``'s only parameter.
 STARRED = [
     (
-        "        ctx.save_for_backward(first_tensor_argument, second_tensor_argument, *rest_of_them)",
+        "        ctx.save_for_backward(first_tensor_argument, second_tensor_argument, "
+        "*rest_of_them)",
         60,
         False,
         """
@@ -211,7 +212,8 @@ STARRED = [
         """,
     ),
     (
-        "        ctx.save_for_backward(first_tensor_argument, second_tensor_argument, *rest_of_them)",
+        "        ctx.save_for_backward(first_tensor_argument, second_tensor_argument, "
+        "*rest_of_them)",
         60,
         True,
         """
@@ -223,7 +225,8 @@ STARRED = [
         """,
     ),
     (
-        "    def forward(first_tensor_argument, second_tensor_argument, *rest_of_the_arguments_here):",
+        "    def forward(first_tensor_argument, second_tensor_argument, "
+        "*rest_of_the_arguments_here):",
         79,
         True,
         """
@@ -235,7 +238,8 @@ STARRED = [
         """,
     ),
     (
-        "        return helper_function_with_long_name(x, **keyword_arguments_for_the_helper_fn_xx)",
+        "        return helper_function_with_long_name("
+        "x, **keyword_arguments_for_the_helper_fn_xx)",
         79,
         True,
         """
@@ -245,7 +249,8 @@ STARRED = [
         """,
     ),
     (
-        "    def forward(*rest_of_the_arguments_here_too_long_for_one_line_of_eighty_eight_chars_xx):",
+        "    def forward("
+        "*rest_of_the_arguments_here_too_long_for_one_line_of_eighty_eight_chars_xx):",
         88,
         False,
         """

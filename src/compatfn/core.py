@@ -915,9 +915,10 @@ def _fresh_name(base: str, taken: set) -> str:
 _NOT_GIVEN = "<not given: call Fn.apply(...), not Fn.forward(...)>"
 
 
-def _forward_called_directly(forward: Callable) -> TypeError:
+def _forward_called_directly(forward: Callable) -> str:
+    """The message of the TypeError; built at decoration, so that dynamo raises it as it is."""
     name = getattr(forward, "__qualname__", "forward").rpartition(".forward")[0] or "Fn"
-    return TypeError(
+    return (
         f"{name}.forward was called directly, without ctx: @function gave {name} the legacy form "
         f"forward(ctx, ...) on this torch. Call {name}.apply(...) (or a function made with "
         f"functional({name})), never {name}.forward(...) (rule 5 of writing a Function); "
@@ -935,17 +936,20 @@ def _forward_called_directly(forward: Callable) -> TypeError:
 # forward takes what it got for ctx as the first argument while dynamo traces: forward then gets
 # its arguments as given, and its output is what the call returns. setup_context is not run:
 # without grad nothing it records is used (a hand-written Function bound right would record it
-# for nothing). Outside dynamo a call without ctx is a direct ``Fn.forward(...)``, refused as
-# before (NOTE: [forward called directly]).
+# for nothing). Any other call without ctx (outside dynamo, or of another count) is a direct
+# ``Fn.forward(...)``, refused as before (NOTE: [forward called directly]).
 
 
-def _forward_without_ctx(forward: Callable, k: int, error: Optional[Callable]) -> Callable:
-    """What the legacy form of a forward with ``*args`` runs when it gets no ctx. See NOTE:
-    [dynamo counts forward's parameters]."""
+def _forward_without_ctx(
+    forward: Callable, count: int, k: int, error: Optional[Callable]
+) -> Callable:
+    """What the legacy form of a forward with ``*args`` and ``count`` parameters (ctx included)
+    runs when it gets no ctx. See NOTE: [dynamo counts forward's parameters]."""
+    message = _forward_called_directly(forward)
 
     def forward_without_ctx(*args: Any) -> Any:
-        if not _dynamo_tracing():
-            raise _forward_called_directly(forward)
+        if len(args) != count or not _dynamo_tracing():
+            raise TypeError(message)
         output = forward(*args)
         if not k:
             return output
@@ -1032,9 +1036,9 @@ def _legacy_forward(
         error: intermediates[1] if intermediates is not None else None,
         ctx_type: _FunctionCtx,
         direct: (
-            _forward_without_ctx(forward, *(intermediates or (0, None)))
+            _forward_without_ctx(forward, len(params) + 1, *(intermediates or (0, None)))
             if shifted
-            else functools.partial(_forward_called_directly, forward)
+            else functools.partial(TypeError, _forward_called_directly(forward))
         ),
     }
     what = f"{getattr(forward, '__qualname__', 'forward')}: the legacy form @function generated"
