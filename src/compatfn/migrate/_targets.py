@@ -21,6 +21,8 @@ import tokenize
 from pathlib import Path
 from typing import List, Optional
 
+from ._layout import _toml_lines, _toml_table
+
 #: Where a nearest pyproject.toml stops the search for one (a repository's root).
 _ROOTS = (".git", ".hg")
 
@@ -48,15 +50,15 @@ def _configured(path: Path) -> Optional[bool]:
 def _from_pyproject(toml: Path) -> Optional[bool]:
     """black's ``target-version`` (every one 3.6+), else ``requires-python``'s lowest 3.x."""
     try:
-        text = toml.read_text(encoding="utf-8", errors="replace")
+        lines = _toml_lines(toml)
     except OSError:
         return None
-    targets = _table_value(text, "tool.black", "target-version")
+    targets = _table_value(lines, "tool.black", "target-version")
     if targets:
         minors = [int(m) for m in re.findall(r"py3(\d+)", targets)]
         if minors:
             return min(minors) >= 6
-    requires = _table_value(text, "project", "requires-python")
+    requires = _table_value(lines, "project", "requires-python")
     if requires:
         lowest = re.search(r"(?:>=|~=|==|>)\s*3\.(\d+)", requires)
         if lowest:
@@ -64,23 +66,22 @@ def _from_pyproject(toml: Path) -> Optional[bool]:
     return None
 
 
-def _table_value(text: str, table: str, key: str) -> Optional[str]:
-    """The raw value of ``key`` in ``[table]`` (a list may span lines), by a plain scan."""
-    current, lines = "", text.splitlines()
-    for n, raw in enumerate(lines):
-        line = raw.split("#", 1)[0].strip()
-        header = re.fullmatch(r"\[\s*([^\[\]]+?)\s*\]", line)
-        if header:
-            current = header.group(1).replace('"', "").replace(" ", "")
+def _table_value(lines: List[str], table: str, key: str) -> Optional[str]:
+    """The raw value of ``key`` in ``[table]`` of a TOML file's lines (as :func:`_toml_lines`
+    gives them; a list may span lines), by a plain scan."""
+    current = ""
+    for n, line in enumerate(lines):
+        header = _toml_table(line)
+        if header is not None:
+            current = header
             continue
         match = re.match(rf"{re.escape(key)}\s*=\s*(.*)", line)
         if match and current == table:
-            value = match.group(1)
-            rest: List[str] = [value]
+            rest = [match.group(1)]
             for more in lines[n + 1 :]:
-                if value.count("[") <= "".join(rest).count("]"):
+                if rest[0].count("[") <= "".join(rest).count("]"):
                     break
-                rest.append(more.split("#", 1)[0])
+                rest.append(more)
             return " ".join(rest)
     return None
 
