@@ -37,6 +37,7 @@ from library_oracle_cases import (
     SCALARS,
     SIDE_BY_SIDE_CONTEXTS,
     TENSOR_TYPES,
+    TRANSFORM_REGRESSIONS,
     case,
     cases,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "SCALARS",
     "SIDE_BY_SIDE_CONTEXTS",
     "TENSOR_TYPES",
+    "TRANSFORM_REGRESSIONS",
     "build",
     "case",
     "cases",

@@ -10,6 +10,8 @@ from typing import Any, Dict, List, Tuple
 
 from hypothesis import strategies as st
 
+from library_oracle_transforms import TRANSFORMS
+
 # --------------------------------------------------------------------------- strategies
 
 #: type -> (annotation source, defaults to draw, values to pass)
@@ -61,8 +63,9 @@ CONTEXTS = [
 #: Contexts drawn only where cases run side by side with torch's own op (torch >= 2.4): the
 #: stored outcomes of the older rows do not have them. ``meta``: each tensor argument on the meta
 #: device; ``fake_mode``: FakeTensors under their FakeTensorMode; ``dispatch_mode``: a
-#: TorchDispatchMode sees the op (and a nested op).
-SIDE_BY_SIDE_CONTEXTS = ["meta", "fake_mode", "dispatch_mode"]
+#: TorchDispatchMode sees the op (and a nested op); the transforms of ``library_oracle_transforms``
+#: (compile, export, fx, jit, vmap, torch.func).
+SIDE_BY_SIDE_CONTEXTS = ["meta", "fake_mode", "dispatch_mode", *TRANSFORMS]
 
 
 @st.composite
@@ -229,4 +232,27 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
         "inplace_declared", 0, mutates=["x"], context="meta"
     ),
     "a TorchDispatchMode sees the op": case(grad=["x"], autograd=True, context="dispatch_mode"),
+}
+
+
+#: Explicit cases of the transform contexts (``library_oracle_transforms``), shrunk failures
+#: included: compared side by side only (torch >= 2.4), so they are not in the stored set.
+TRANSFORM_REGRESSIONS: Dict[str, Dict[str, Any]] = {
+    "compiled, with autograd and a fake kernel": case(
+        grad=["x"], autograd=True, fake=True, context="compile"
+    ),
+    "compiled, no fake kernel": case(context="compile"),
+    "exported strictly, with a fake kernel": case(fake=True, context="export_strict"),
+    "exported, a declared mutation": case(
+        "inplace_declared", 0, mutates=["x"], fake=True, context="export"
+    ),
+    "make_fx records the op": case(fake=True, context="make_fx"),
+    "symbolic_trace records the op": case(context="symbolic_trace"),
+    "jit.trace records the op": case(context="jit_trace"),
+    "vmap, no registered rule": case(context="vmap"),
+    "torch.func.grad, autograd registered": case(grad=["x"], autograd=True, context="func_grad"),
+    "a numpy scalar compiled": _with_scalar("float", "none", "np.float64(2.5)", context="compile"),
+    "a numpy scalar in a symbolically traced graph": _with_scalar(
+        "float", "none", "np.float64(2.5)", context="symbolic_trace"
+    ),
 }

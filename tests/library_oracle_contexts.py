@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 
 from compatfn.library import HAS_META_DEVICE
+from library_oracle_transforms import TRANSFORMS, transform_missing, transformed_call
 
 # --------------------------------------------------------------------------- arguments
 
@@ -159,6 +160,8 @@ def _importable(module: str, name: str) -> bool:
 
 def context_missing(name: str) -> Optional[str]:
     """Why this torch cannot run the context ``name``, or None."""
+    if name in TRANSFORMS:
+        return transform_missing(name)
     if name == "meta" and not HAS_META_DEVICE:
         return f"torch {torch.__version__} has no meta device (context meta)"
     if name == "fake_mode" and not _importable("torch._subclasses.fake_tensor", "FakeTensorMode"):
@@ -256,9 +259,12 @@ def _in_a_thread(call: Callable[[], Any]) -> Any:
     return done["result"]
 
 
-def call(op: Callable, name: str, positional: list, keywords: dict) -> Any:
-    """``op`` called as the context ``name`` calls it: checkpointed, in a thread of its own, or
+def call(op: Callable, name: str, positional: list, keywords: dict, events: List[str]) -> Any:
+    """``op`` called as the context ``name`` calls it: checkpointed, in a thread of its own,
+    through a transform (``library_oracle_transforms``; what it records goes to ``events``), or
     directly."""
+    if name in TRANSFORMS:
+        return transformed_call(name, op, positional, keywords, events)
     if name == "checkpoint":
         from torch.utils.checkpoint import checkpoint
 

@@ -66,7 +66,7 @@ def outcome(case: Dict[str, Any], maker: Callable, qualname: str) -> Dict[str, A
     output: Any = None
     try:
         with context(case["context"], events), mode:
-            output = call(op, case["context"], positional, keywords)
+            output = call(op, case["context"], positional, keywords, events)
         result["output"] = _describe(output, tensors)
     except Exception as e:
         result["error"] = _error(e)

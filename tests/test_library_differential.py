@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, assume, given, settings
 import library_oracle as oracle
 from compatfn.library import _custom_op
 from compatfn.library._facts import BelowAutograd
+from library_oracle_transforms import TRANSFORMS
 from library_support import TIERS
 
 _NIGHTLY = os.environ.get("COMPATFN_HYPOTHESIS_PROFILE") == "nightly"
@@ -87,6 +88,9 @@ def compare(case: Dict[str, Any], tier: str) -> None:
 
 def tier_difference(case: Dict[str, Any], tier: str) -> Any:
     """Why ``tier`` cannot give torch's outcome for ``case`` on any torch, or None."""
+    transform = _transform_difference(case, tier)
+    if transform is not None:
+        return transform
     if tier == "function" and case["context"] == "torch_function_mode":
         return "the function tier has no operator: a TorchFunctionMode sees the kernel's calls"
     if tier == "function" and case["context"] in ("fake_mode", "dispatch_mode"):
@@ -130,6 +134,35 @@ def tier_difference(case: Dict[str, Any], tier: str) -> Any:
         return (
             "a mutated lazily negated view: torch's fallback runs the kernel, then fails an "
             "internal assert; the function tier refuses it before the kernel runs"
+        )
+    return None
+
+
+def _transform_difference(case: Dict[str, Any], tier: str) -> Any:
+    """``tier_difference`` for the transform contexts (``library_oracle_transforms``)."""
+    if case["context"] not in TRANSFORMS:
+        return None
+    if tier == "function":
+        return (
+            "the function tier (torch 1.8-1.12) has no operator: a tracer records the kernel's "
+            "calls or the op object, and torch.compile, torch.export and torch.func come later"
+        )
+    numpy = any(str(a["value"]).startswith("np.") for a in case["args"])
+    if tier == "registered" and case["context"] == "func_grad":
+        return (
+            "torch.func cannot differentiate a registered-tier op (torch < 2.4): it raises "
+            "compatfn's error saying so (docs/custom-ops.md)"
+        )
+    if tier == "registered" and numpy and case["context"] in ("compile", "export_strict"):
+        return (
+            "a numpy scalar for a scalar parameter under dynamo: dynamo sees an ndarray, which "
+            "the registered tier's conversion refuses before the operator runs (torch's own op "
+            "hands the scalar to the operator)"
+        )
+    if tier == "registered" and numpy and case["context"] == "symbolic_trace":
+        return (
+            "a numpy scalar in a torch.fx graph: the registered tier converts it first; torch's "
+            "own op records it as it is, and the graph's code then fails (NameError: np)"
         )
     return None
 
@@ -208,6 +241,14 @@ def test_regression_matches_torch_custom_op(name: str, tier: str) -> None:
     """The shrunk failures, side by side with torch's own op (older torch: the recorded set
     holds them too)."""
     compare(oracle.REGRESSIONS[name], tier)
+
+
+@pytest.mark.skipif(not HAS_TORCH_OP, reason=f"torch {torch.__version__} has no custom_op")
+@pytest.mark.parametrize("tier", SIDE_BY_SIDE)
+@pytest.mark.parametrize("name", sorted(oracle.TRANSFORM_REGRESSIONS))
+def test_transform_case_matches_torch_custom_op(name: str, tier: str) -> None:
+    """The explicit cases of the transform contexts, side by side with torch's own op."""
+    compare(oracle.TRANSFORM_REGRESSIONS[name], tier)
 
 
 def _recorded() -> Any:
