@@ -252,6 +252,12 @@ TRANSFORM_REGRESSIONS: Dict[str, Dict[str, Any]] = {
     "vmap, no registered rule": case(context="vmap"),
     "torch.func.grad, autograd registered": case(grad=["x"], autograd=True, context="func_grad"),
     "a numpy scalar compiled": _with_scalar("float", "none", "np.float64(2.5)", context="compile"),
+    "a numpy scalar compiled, fake kernel": _with_scalar(
+        "float", "none", "np.float64(2.5)", fake=True, context="compile"
+    ),
+    "a numpy bool exported strictly, fake kernel": _with_scalar(
+        "bool", "none", "np.bool_(True)", fake=True, context="export_strict"
+    ),
     "a numpy scalar in a symbolically traced graph": _with_scalar(
         "float", "none", "np.float64(2.5)", context="symbolic_trace"
     ),

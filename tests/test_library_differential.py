@@ -153,12 +153,6 @@ def _transform_difference(case: Dict[str, Any], tier: str) -> Any:
             "torch.func cannot differentiate a registered-tier op (torch < 2.4): it raises "
             "compatfn's error saying so (docs/custom-ops.md)"
         )
-    if tier == "registered" and numpy and case["context"] in ("compile", "export_strict"):
-        return (
-            "a numpy scalar for a scalar parameter under dynamo: dynamo sees an ndarray, which "
-            "the registered tier's conversion refuses before the operator runs (torch's own op "
-            "hands the scalar to the operator)"
-        )
     if tier == "registered" and numpy and case["context"] == "symbolic_trace":
         return (
             "a numpy scalar in a torch.fx graph: the registered tier converts it first; torch's "

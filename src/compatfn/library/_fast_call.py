@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any, Dict, List
 
 import torch
 
+from compatfn.core import _HAS_IS_COMPILING as HAS_DYNAMO
+from compatfn.core import _dynamo_tracing as dynamo_tracing
 from compatfn.library._autograd import simple_function
 from compatfn.library._convert import MISSING, wrong_call
 from compatfn.library._facts import (
@@ -120,8 +122,9 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
             short += [f"    {call}", f"    return {checked}", "else:", *below]
             short += [f"    return {again.format(checked)}"]
             return [f"if {' and '.join(plain) or 'True'}:"] + [f"    {line}" for line in short]
+        # forward checked the output already (checked_output): handed on as apply returns it
         short += ["if $excluded():", f"    {call}", f"elif {through_autograd}:", f"    {apply}"]
-        short += [f"elif {inference}:", f"    {call}", "else:", *below]
+        short += ["    return $out", f"elif {inference}:", f"    {call}", "else:", *below]
     else:  # torch 1.8 to 1.12: no guard; a graph the kernel recorded is dropped
         branch = "if"
         if HAS_INFERENCE_MODE:  # 1.9 to 1.12: inference mode is what excludes autograd
@@ -130,8 +133,7 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
                 short += [f"    return {checked}"]
             branch = "elif"
         short += [f"{branch} {through_autograd}:", f"    {apply}"]
-        if count >= 2:
-            short += [f"    return {again.format('$out')}"]
+        short += [f"    return {again.format('$out')}" if count >= 2 else "    return $out"]
         short += [
             "else:",
             f"    {call}",
@@ -157,6 +159,10 @@ def _argument_lines(
     A required tensor left out stays ``MISSING``: it fails the short path's tensor test, and
     ``CustomOp._general_call`` sends it to ``wrong_call``."""
     globals_.update(Missing=type(MISSING), wrong_call=wrong_call)
+    # While dynamo traces, a value of another type than the parameter's reaches the operator
+    # as it is: dynamo converts it as for torch's own op (a numpy scalar is an ndarray to it).
+    raw_under_dynamo = op._opoverload is not None and HAS_DYNAMO
+    globals_["dynamo_tracing"] = dynamo_tracing
     wrong = f"return $wrong_call($self, {inputs}, {keywords}, $args, $kwargs)"
     lines = ["if $args or $kwargs:", f"    {wrong}"]
     for i, p in enumerate(op._signature.parameters.values()):
@@ -179,7 +185,10 @@ def _argument_lines(
         if p.default is not p.empty and not _needs_no_conversion(p.default, kind, optional):
             left_out.append(converted)
         body = [f"if {name}.__class__ is $Missing:", *(f"    {line}" for line in left_out)]
-        body += ["else:", f"    {converted}"]
+        if raw_under_dynamo:  # the operator's own conversion (dynamo sees numpy scalars apart)
+            body += ["elif not $dynamo_tracing():", f"    {converted}"]
+        else:
+            body += ["else:", f"    {converted}"]
         if kind is None:  # always converted
             lines += body
             continue
