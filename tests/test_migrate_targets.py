@@ -3,7 +3,9 @@ comma after ``*args`` in what it explodes), from its configuration or from the f
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +29,49 @@ PLAIN = "def f(x, *args):\n    return g(x, *args)\n"
     ],
 )
 def test_from_the_source(source, expected):
+    assert targets_python_3_6(source, None) is expected
+
+
+def _since(version: tuple, source: str, expected: bool) -> Any:
+    """A case whose syntax this Python parses only from ``version`` on (a file of it cannot be
+    migrated by an older one)."""
+    shown = ".".join(map(str, version))
+    older = pytest.mark.skipif(sys.version_info < version, reason=f"Python {shown} syntax")
+    return pytest.param(source, expected, marks=older)
+
+
+#: Each measured with black 26.10.1 (``get_features_used``: its targets all 3.6+, or not).
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        _since((3, 9), "@a(b)(c)\ndef f():\n    pass\n", True),  # relaxed decorators
+        _since((3, 9), "@(a)\ndef f():\n    pass\n", True),
+        _since((3, 9), "@a[1]\nclass C:\n    pass\n", True),
+        ("@a.b(c)\ndef f():\n    pass\n", False),
+        _since((3, 9), "with (a as b, c as d):\n    pass\n", True),  # parenthesized
+        _since((3, 9), "async def f():\n    async with (a as b):\n        pass\n", True),
+        ("with (a, b):\n    pass\n", False),  # a tuple
+        ("with (a) as b:\n    pass\n", False),
+        ("def f():\n    return 1, *a\n", True),  # unpacking on return/yield
+        ("def f():\n    yield 1, *a\n", True),
+        ("def f():\n    return (1, *a)\n", False),
+        ("x: tuple = 1, 2\n", True),  # annotated assignment of a bare tuple
+        ("x: tuple = (1, 2)\n", False),
+        ("x: tuple = (1), (2)\n", True),
+        _since((3, 11), "x: Tuple[*Ts]\n", True),  # variadic generics
+        _since((3, 11), "def f(*args: *Ts):\n    pass\n", True),
+        _since((3, 12), "def f[T](x: T) -> T:\n    return x\n", True),  # type parameters
+        _since((3, 12), "class A[T]:\n    pass\n", True),
+        _since((3, 12), "type X = int\n", True),
+        ("def f(\n    a,\n    *args,\n):\n    pass\n", True),  # a comma after starred params
+        ("def f(\n    *,\n    a,\n):\n    pass\n", True),
+        ("def f(\n    a,\n    b,\n):\n    pass\n", False),
+        ("f(\n    *args,\n)\n", False),  # a call's: 3.5+ (calls only), not read
+        ("x = (\n    *a,\n)\n", False),
+        ("async def f():\n    await g()\n", False),
+    ],
+)
+def test_black_features_from_the_source(source, expected):
     assert targets_python_3_6(source, None) is expected
 
 

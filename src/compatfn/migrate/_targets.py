@@ -5,7 +5,10 @@ where every Python the file targets accepts one (3.6 and later). It reads the ta
 ``[tool.black] target-version``, else from ``[project] requires-python`` (black 23.1 and later),
 else infers them from what the file's own source uses: f-strings, numeric underscores,
 ``from __future__ import annotations``, ``:=``, positional-only parameters, ``match``,
-``except*`` (:func:`targets_python_3_6`).
+``except*``, relaxed decorators, parenthesized context managers, unpacking in ``return`` and
+``yield``, a tuple assigned in an annotated assignment, ``*`` in a subscript, type parameters, a
+comma already after a ``def``'s starred parameters (:func:`targets_python_3_6`). A comma already
+after ``*args`` in a call tells black 3.5+ (calls get one, ``def`` lines not): not read here.
 
 Example::
 
@@ -92,20 +95,127 @@ def _uses_python_3_6(source: str) -> bool:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return False
-    if any(_needs_python_3_6(node) for node in ast.walk(tree)):
+    if any(_needs_python_3_6(node, source) for node in ast.walk(tree)):
         return True
     return _has_numeric_underscores(source)
 
 
-def _needs_python_3_6(node: ast.AST) -> bool:
+def _needs_python_3_6(node: ast.AST, source: str) -> bool:
     if isinstance(node, (ast.JoinedStr, ast.NamedExpr)):
         return True
     if isinstance(node, ast.arguments) and node.posonlyargs:
         return True
+    if isinstance(node, ast.arg) and isinstance(node.annotation, ast.Starred):  # *args: *Ts
+        return True
     if isinstance(node, ast.ImportFrom) and node.module == "__future__":
         return any(alias.name == "annotations" for alias in node.names)
-    newer = tuple(getattr(ast, name) for name in ("Match", "TryStar") if hasattr(ast, name))
-    return bool(newer) and isinstance(node, newer)
+    newer = tuple(
+        getattr(ast, name) for name in ("Match", "TryStar", "TypeAlias") if hasattr(ast, name)
+    )
+    if newer and isinstance(node, newer):
+        return True
+    if getattr(node, "type_params", None):  # def f[T](), class A[T]
+        return True
+    decorated = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    if decorated and any(_relaxed_decorator(d, source) for d in node.decorator_list):  # type: ignore[attr-defined]
+        return True
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return _star_comma_in_def(node, source)
+    if isinstance(node, (ast.Return, ast.Yield)) and isinstance(node.value, ast.Tuple):
+        starred = any(isinstance(e, ast.Starred) for e in node.value.elts)
+        return starred and not _parenthesized(node.value, source)
+    if isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Tuple):
+        return not _parenthesized(node.value, source)
+    if isinstance(node, ast.Subscript):  # a[*b], Tuple[*Ts]
+        index = node.slice
+        return isinstance(index, ast.Starred) or (
+            isinstance(index, ast.Tuple) and any(isinstance(e, ast.Starred) for e in index.elts)
+        )
+    if isinstance(node, (ast.With, ast.AsyncWith)):
+        return _parenthesized_context_managers(node, source)
+    return False
+
+
+def _relaxed_decorator(expression: ast.expr, source: str) -> bool:
+    """Anything but a dotted name, or a call of one (black's relaxed decorators, 3.9+)."""
+    if _after_parenthesis(expression, source):
+        return True
+    if isinstance(expression, ast.Call):
+        expression = expression.func
+    while isinstance(expression, ast.Attribute):
+        expression = expression.value
+    return not isinstance(expression, ast.Name)
+
+
+def _after_parenthesis(node: ast.expr, source: str) -> bool:
+    """Whether an opening parenthesis precedes ``node`` on its line (``@(a)``: ast drops it)."""
+    lines = source.splitlines(True)
+    line = lines[node.lineno - 1] if 0 < node.lineno <= len(lines) else ""
+    return line[: node.col_offset].rstrip().endswith("(")
+
+
+def _tokens(text: str) -> List[tokenize.TokenInfo]:
+    """The significant tokens of ``text`` (no comments, line breaks or indentation)."""
+    skipped = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
+    try:
+        found = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return []
+    return [t for t in found if t.type not in skipped and t.type != tokenize.ENDMARKER]
+
+
+def _closing(tokens: List[tokenize.TokenInfo], opening: int) -> int:
+    """The index of the bracket closing ``tokens[opening]`` (-1 if none)."""
+    depth = 0
+    for n in range(opening, len(tokens)):
+        if tokens[n].string in "([{":
+            depth += 1
+        elif tokens[n].string in ")]}":
+            depth -= 1
+            if depth == 0:
+                return n
+    return -1
+
+
+def _parenthesized(node: ast.AST, source: str) -> bool:
+    """Whether ``node``'s own source is one pair of parentheses around it all."""
+    tokens = _tokens(ast.get_source_segment(source, node) or "")
+    return bool(tokens) and tokens[0].string == "(" and _closing(tokens, 0) == len(tokens) - 1
+
+
+def _star_comma_in_def(node: ast.AST, source: str) -> bool:
+    """A ``def`` whose parameters, starred ones among them, end with a comma."""
+    args = node.args  # type: ignore[attr-defined]
+    if not (args.vararg or args.kwarg or args.kwonlyargs):
+        return False
+    lines = source.splitlines(True)
+    tokens = _tokens("".join(lines[node.lineno - 1 : node.body[0].lineno - 1]) or "")  # type: ignore[attr-defined]
+    names = [n for n, t in enumerate(tokens) if t.string == "def"]
+    if not names or names[0] + 2 >= len(tokens):
+        return False
+    opening = names[0] + 2
+    if tokens[opening].string == "[":  # type parameters
+        opening = _closing(tokens, opening) + 1
+    end = _closing(tokens, opening) if 0 < opening < len(tokens) else -1
+    return end > 0 and tokens[end - 1].string == ","
+
+
+def _parenthesized_context_managers(node: ast.AST, source: str) -> bool:
+    """``with (a as b, ...):``: parentheses around the items, an ``as`` among them."""
+    lines = source.splitlines(True)
+    tokens = _tokens("".join(lines[node.lineno - 1 : node.body[0].lineno - 1]))  # type: ignore[attr-defined]
+    start = 1 if tokens and tokens[0].string == "async" else 0
+    if len(tokens) < start + 2 or tokens[start + 1].string != "(":
+        return False
+    end = _closing(tokens, start + 1)
+    if end < 0 or end + 1 >= len(tokens) or tokens[end + 1].string != ":":
+        return False
+    depth = 0
+    for t in tokens[start + 1 : end]:
+        depth += (t.string in "([{") - (t.string in ")]}")
+        if depth == 1 and t.string == "as":
+            return True
+    return False
 
 
 def _has_numeric_underscores(source: str) -> bool:
