@@ -66,6 +66,7 @@ def _since(version: tuple, source: str, expected: bool) -> Any:
         ("def f(\n    a,\n    *args,\n):\n    pass\n", True),  # a comma after starred params
         ("def f(\n    *,\n    a,\n):\n    pass\n", True),
         ("def f(\n    a,\n    b,\n):\n    pass\n", False),
+        ("def f(*a,): pass\n", True),
         ("f(\n    *args,\n)\n", False),  # a call's: 3.5+ (calls only), not read
         ("x = (\n    *a,\n)\n", False),
         ("async def f():\n    await g()\n", False),

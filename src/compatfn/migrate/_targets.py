@@ -18,11 +18,12 @@ Example::
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import re
 import tokenize
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from ._layout import _toml_lines, _toml_table
 
@@ -149,9 +150,21 @@ def _relaxed_decorator(expression: ast.expr, source: str) -> bool:
 
 def _after_parenthesis(node: ast.expr, source: str) -> bool:
     """Whether an opening parenthesis precedes ``node`` on its line (``@(a)``: ast drops it)."""
-    lines = source.splitlines(True)
+    lines = _lines(source)
     line = lines[node.lineno - 1] if 0 < node.lineno <= len(lines) else ""
     return line[: node.col_offset].rstrip().endswith("(")
+
+
+@functools.lru_cache(maxsize=4)
+def _lines(source: str) -> List[str]:
+    return source.splitlines(True)
+
+
+def _header(node: Any, source: str) -> str:
+    """The lines of a compound statement's header (its body's first line too, where the body
+    is on the header's line)."""
+    lines = _lines(source)
+    return "".join(lines[node.lineno - 1 : max(node.body[0].lineno - 1, node.lineno)])
 
 
 def _tokens(text: str) -> List[tokenize.TokenInfo]:
@@ -188,8 +201,7 @@ def _star_comma_in_def(node: ast.AST, source: str) -> bool:
     args = node.args  # type: ignore[attr-defined]
     if not (args.vararg or args.kwarg or args.kwonlyargs):
         return False
-    lines = source.splitlines(True)
-    tokens = _tokens("".join(lines[node.lineno - 1 : node.body[0].lineno - 1]) or "")  # type: ignore[attr-defined]
+    tokens = _tokens(_header(node, source))
     names = [n for n, t in enumerate(tokens) if t.string == "def"]
     if not names or names[0] + 2 >= len(tokens):
         return False
@@ -202,8 +214,7 @@ def _star_comma_in_def(node: ast.AST, source: str) -> bool:
 
 def _parenthesized_context_managers(node: ast.AST, source: str) -> bool:
     """``with (a as b, ...):``: parentheses around the items, an ``as`` among them."""
-    lines = source.splitlines(True)
-    tokens = _tokens("".join(lines[node.lineno - 1 : node.body[0].lineno - 1]))  # type: ignore[attr-defined]
+    tokens = _tokens(_header(node, source))
     start = 1 if tokens and tokens[0].string == "async" else 0
     if len(tokens) < start + 2 or tokens[start + 1].string != "(":
         return False
