@@ -248,6 +248,9 @@ TRANSFORM_REGRESSIONS: Dict[str, Dict[str, Any]] = {
     ),
     "make_fx records the op": case(fake=True, context="make_fx"),
     "symbolic_trace records the op": case(context="symbolic_trace"),
+    "symbolic_trace, a tensor given by name": case(
+        args=[{"how": "kw", "value": "tensor"}], context="symbolic_trace"
+    ),
     "jit.trace records the op": case(context="jit_trace"),
     "vmap, no registered rule": case(context="vmap"),
     "torch.func.grad, autograd registered": case(grad=["x"], autograd=True, context="func_grad"),

@@ -63,7 +63,12 @@ def _recorded(events: List[str], targets: List[str]) -> None:
 
 
 def _fx_targets(graph: Any) -> List[str]:
-    return [str(n.target) for n in graph.nodes if n.op == "call_function"]
+    """Each call's target, with how many arguments it got by position and which by name."""
+    return [
+        f"{n.target}/{len(n.args)}/{','.join(sorted(n.kwargs))}"
+        for n in graph.nodes
+        if n.op == "call_function"
+    ]
 
 
 def _total(output: Any) -> torch.Tensor:
