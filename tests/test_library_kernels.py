@@ -147,7 +147,10 @@ def test_an_op_that_only_mutates_needs_no_fake_kernel(tier):
 def _torch_has_trivial_fake() -> bool:
     """Whether torch's own custom_op runs a mutating op returning nothing on meta tensors."""
 
-    @torch.library.custom_op(f"{fresh('control')}::scale_", mutates_args=("x",))
+    # The schema given: torch 2.4 cannot read this module's string annotations.
+    @torch.library.custom_op(
+        f"{fresh('control')}::scale_", mutates_args=("x",), schema="(Tensor(a0!) x) -> ()"
+    )
     def scale_(x: torch.Tensor) -> None:
         x.mul_(2)
 
