@@ -230,8 +230,4 @@ def _parenthesized_context_managers(node: ast.AST, source: str) -> bool:
 
 
 def _has_numeric_underscores(source: str) -> bool:
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        return False
-    return any(token.type == tokenize.NUMBER and "_" in token.string for token in tokens)
+    return any(t.type == tokenize.NUMBER and "_" in t.string for t in _tokens(source))
