@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from compatfn.migrate._targets import targets_python_3_6
+from compatfn.migrate._targets import star_commas, targets_python_3_6
+from compatfn.migrate._wrap import StarCommas
 
 PLAIN = "def f(x, *args):\n    return g(x, *args)\n"
 
@@ -67,13 +68,40 @@ def _since(version: tuple, source: str, expected: bool) -> Any:
         ("def f(\n    *,\n    a,\n):\n    pass\n", True),
         ("def f(\n    a,\n    b,\n):\n    pass\n", False),
         ("def f(*a,): pass\n", True),
-        ("f(\n    *args,\n)\n", False),  # a call's: 3.5+ (calls only), not read
+        ("f(\n    *args,\n)\n", False),  # a call's: 3.5+ (calls only, below)
         ("x = (\n    *a,\n)\n", False),
         ("async def f():\n    await g()\n", False),
     ],
 )
 def test_black_features_from_the_source(source, expected):
     assert targets_python_3_6(source, None) is expected
+
+
+NONE, CALLS, BOTH = StarCommas(), StarCommas(calls=True), StarCommas(calls=True, defs=True)
+
+
+#: Each measured with black 26.10.1: a comma after ``*args`` in an exploded call where every
+#: target it infers has TRAILING_COMMA_IN_CALL (3.5+), in a ``def`` where TRAILING_COMMA_IN_DEF.
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        (PLAIN, NONE),
+        ("f(\n    *args,\n)\n", CALLS),
+        ("f(\n    **kw,\n)\n", CALLS),
+        ("print(*a, sep='',)\n", CALLS),
+        ("f(*a)(\n    b,\n)\n", NONE),  # the comma is not after a star's call
+        ("f(g(*a),)\n", NONE),  # the star is in the inner call, the comma in the outer
+        ("f(g(*a,))\n", CALLS),
+        ("class A(\n    *bases,\n):\n    pass\n", CALLS),
+        ("class A(B,):\n    pass\n", NONE),
+        ("f(\n    a,\n    b,\n)\n", NONE),
+        ("f = lambda *a,: 0\n", NONE),
+        ("def f(\n    *args,\n):\n    pass\n", BOTH),
+        ("x = f'{y}'\nf(\n    *args,\n)\n", BOTH),
+    ],
+)
+def test_star_commas_from_the_source(source, expected):
+    assert star_commas(source, None) == expected
 
 
 def _project(tmp_path: Path, pyproject: str) -> Path:
@@ -100,6 +128,20 @@ def _project(tmp_path: Path, pyproject: str) -> Path:
 )
 def test_from_the_configuration(tmp_path, pyproject, expected):
     assert targets_python_3_6(PLAIN, _project(tmp_path, pyproject)) is expected
+
+
+@pytest.mark.parametrize(
+    "pyproject, expected",
+    [
+        ('[tool.black]\ntarget-version = ["py38", "py39"]\n', BOTH),
+        ("[tool.black]\ntarget-version = [\n  'py35',\n  'py36',\n]\n", CALLS),
+        ('[tool.black]\ntarget-version = ["py34"]\n', NONE),
+        ('[project]\nrequires-python = ">=3.5"\n', CALLS),
+        ('[project]\nrequires-python = ">=3.7"\n', BOTH),
+    ],
+)
+def test_star_commas_from_the_configuration(tmp_path, pyproject, expected):
+    assert star_commas(PLAIN, _project(tmp_path, pyproject)) == expected
 
 
 def test_the_source_decides_where_the_configuration_says_nothing(tmp_path):

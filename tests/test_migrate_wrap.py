@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from compatfn.migrate._wrap import wrap
+from compatfn.migrate._wrap import StarCommas, wrap
 
 BLACK = [
     (
@@ -196,13 +196,15 @@ def test_wraps_as_black_does(line, limit, expected):
 
 
 #: Calls and defs with ``*args``: black 26 puts a comma after it only where the file targets
-#: Python 3.6+ (``star_comma``), but always after a ``def``'s only parameter.
+#: Python 3.6+, in a call where it targets 3.5+ (``StarCommas``), but always after a ``def``'s
+#: only parameter.
+NONE, ALL = StarCommas(), StarCommas(calls=True, defs=True)
 STARRED = [
     (
         "        ctx.save_for_backward(first_tensor_argument, second_tensor_argument, "
         "*rest_of_them)",
         60,
-        False,
+        NONE,
         """
         ctx.save_for_backward(
             first_tensor_argument,
@@ -215,7 +217,7 @@ STARRED = [
         "        ctx.save_for_backward(first_tensor_argument, second_tensor_argument, "
         "*rest_of_them)",
         60,
-        True,
+        ALL,
         """
         ctx.save_for_backward(
             first_tensor_argument,
@@ -228,7 +230,7 @@ STARRED = [
         "    def forward(first_tensor_argument, second_tensor_argument, "
         "*rest_of_the_arguments_here):",
         79,
-        True,
+        ALL,
         """
         def forward(
             first_tensor_argument,
@@ -241,7 +243,7 @@ STARRED = [
         "        return helper_function_with_long_name("
         "x, **keyword_arguments_for_the_helper_fn_xx)",
         79,
-        True,
+        ALL,
         """
         return helper_function_with_long_name(
             x, **keyword_arguments_for_the_helper_fn_xx
@@ -252,7 +254,7 @@ STARRED = [
         "    def forward("
         "*rest_of_the_arguments_here_too_long_for_one_line_of_eighty_eight_chars_xx):",
         88,
-        False,
+        NONE,
         """
         def forward(
             *rest_of_the_arguments_here_too_long_for_one_line_of_eighty_eight_chars_xx,
@@ -262,14 +264,58 @@ STARRED = [
 ]
 
 
+#: A file black takes to target Python 3.5 (``target-version = ["py35"]``, or a comma already after
+#: ``*args`` in a call): a comma after ``*args`` in a call, none in a ``def`` (black 26.10).
+PYTHON_3_5 = [
+    (
+        "        ctx.save_for_backward(first_tensor_argument, second_tensor_argument, "
+        "*rest_of_them)",
+        60,
+        StarCommas(calls=True),
+        """
+        ctx.save_for_backward(
+            first_tensor_argument,
+            second_tensor_argument,
+            *rest_of_them,
+        )
+        """,
+    ),
+    (
+        "    def forward(first_tensor_argument, second_tensor_argument, "
+        "*rest_of_the_arguments_here):",
+        79,
+        StarCommas(calls=True),
+        """
+        def forward(
+            first_tensor_argument,
+            second_tensor_argument,
+            *rest_of_the_arguments_here
+        ):
+        """,
+    ),
+    (
+        "    def forward(first_tensor_argument, second_tensor_argument=g(*defaults_of_x), *rest):",
+        60,
+        StarCommas(calls=True),
+        """
+        def forward(
+            first_tensor_argument,
+            second_tensor_argument=g(*defaults_of_x),
+            *rest
+        ):
+        """,
+    ),
+]
+
+
 @pytest.mark.parametrize(
-    "line, limit, star_comma, expected",
-    STARRED,
-    ids=[f"{c[1]}-{c[2]}-{c[0].strip()[:30]}" for c in STARRED],
+    "line, limit, star_commas, expected",
+    STARRED + PYTHON_3_5,
+    ids=[f"{c[1]}-{tuple(c[2])}-{c[0].strip()[:30]}" for c in STARRED + PYTHON_3_5],
 )
-def test_comma_after_star_as_black_puts_it(line, limit, star_comma, expected):
+def test_comma_after_star_as_black_puts_it(line, limit, star_commas, expected):
     indent = len(line) - len(line.lstrip())
-    got = wrap(line, limit, star_comma)
+    got = wrap(line, limit, star_commas)
     assert got is not None
     assert [part[indent:] for part in got] == _layout(expected)
 

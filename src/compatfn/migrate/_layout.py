@@ -19,7 +19,7 @@ import tokenize
 from pathlib import Path
 from typing import Dict, List, Optional, Set
 
-from ._wrap import wrap
+from ._wrap import NO_STAR_COMMAS, StarCommas, wrap
 
 DEFAULT_LINE_LENGTH = 88  # black's and ruff's default
 FLAKE8_LINE_LENGTH = 79  # flake8's and pycodestyle's default
@@ -172,10 +172,10 @@ def _one_line_statements(source: str) -> Set[int]:
     return found
 
 
-def wrap_new_lines(old: str, new: str, limit: int, star_comma: bool = False) -> str:
+def wrap_new_lines(old: str, new: str, limit: int, star_commas: StarCommas = NO_STAR_COMMAS) -> str:
     """``new`` with each line that is not in ``old`` and is longer than ``limit`` wrapped as
     black wraps it. A line as long in ``old`` (the author's own, moved) is left as it is.
-    ``star_comma``: the file targets Python 3.6+ (:mod:`._targets`)."""
+    ``star_commas``: where a comma follows ``*args`` (:func:`._targets.star_commas`)."""
     old_lines, new_lines = LINE.findall(old), LINE.findall(new)
     long_before = {line.strip() for line in old_lines if len(line.rstrip("\r\n")) > limit}
     whole = _one_line_statements(new)
@@ -191,7 +191,7 @@ def wrap_new_lines(old: str, new: str, limit: int, star_comma: bool = False) -> 
         text = line.rstrip("\r\n")
         if len(text) <= limit or n not in whole or line.strip() in long_before:
             continue
-        wrapped = wrap(text, limit, star_comma)
+        wrapped = wrap(text, limit, star_commas)
         if wrapped:
             ending = line[len(text) :]
             between = ending or ("\r\n" if new.count("\r\n") else "\n")

@@ -92,6 +92,7 @@ class Line:
     is_def: bool = False
     explode: bool = False  # a display's items: split at its commas even if it fits
     arguments: bool = False  # a call's arguments or a def's parameters
+    parameters: bool = False  # a def's parameters
 
     def render(self) -> str:
         text = "".join(

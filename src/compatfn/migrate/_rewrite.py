@@ -25,7 +25,7 @@ from ._layout import DEFAULT_LINE_LENGTH, wrap_new_lines
 from ._plan import Plan, Planner, methods_of
 from ._soundness import unsound
 from ._syntax import Refused
-from ._targets import targets_python_3_6
+from ._targets import star_commas
 
 DEFAULT_DECORATOR = "compatfn:function"
 LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
@@ -228,9 +228,9 @@ def migrate_source(
 def _wrapped(old: str, new: str, line_length: int, path: str) -> str:
     """``new`` with the lines migrate wrote kept within ``line_length`` (as it is, should the
     wrapped text not parse: a layout is never worth a broken file). A comma follows ``*args``
-    where black would put one (the file at ``path`` targets Python 3.6+)."""
+    where black would put one (the Pythons the file at ``path`` targets)."""
     file = Path(path) if Path(path).is_file() else None
-    wrapped = wrap_new_lines(old, new, line_length, targets_python_3_6(old, file))
+    wrapped = wrap_new_lines(old, new, line_length, star_commas(old, file))
     try:
         ast.parse(wrapped)
     except SyntaxError:

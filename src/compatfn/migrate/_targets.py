@@ -1,18 +1,20 @@
 """Whether the lines the codemod wraps get a comma after ``*args``, as black decides.
 
-Black puts a trailing comma after ``*args`` or ``**kwargs`` in an exploded call or ``def`` only
-where every Python the file targets accepts one (3.6 and later). It reads the targets from
+Black puts a trailing comma after ``*args`` or ``**kwargs`` in an exploded ``def`` only where
+every Python the file targets accepts one (3.6 and later), in an exploded call where every one
+is 3.5 or later (:func:`star_commas`). It reads the targets from
 ``[tool.black] target-version``, else from ``[project] requires-python`` (black 23.1 and later),
 else infers them from what the file's own source uses: f-strings, numeric underscores,
 ``from __future__ import annotations``, ``:=``, positional-only parameters, ``match``,
 ``except*``, relaxed decorators, parenthesized context managers, unpacking in ``return`` and
 ``yield``, a tuple assigned in an annotated assignment, ``*`` in a subscript, type parameters, a
 comma already after a ``def``'s starred parameters (:func:`targets_python_3_6`). A comma already
-after ``*args`` in a call tells black 3.5+ (calls get one, ``def`` lines not): not read here.
+after ``*args`` in a call or a class's bases tells 3.5+: calls get one, ``def`` lines not.
 
 Example::
 
     targets_python_3_6("x = f'{y}'\\n", None)  # True: f-strings are Python 3.6+
+    star_commas("g(\\n    *a,\\n)\\n", None)  # StarCommas(calls=True, defs=False)
 """
 
 from __future__ import annotations
@@ -26,21 +28,34 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 from ._layout import _toml_lines, _toml_table
+from ._wrap import StarCommas
 
 #: Where a nearest pyproject.toml stops the search for one (a repository's root).
 _ROOTS = (".git", ".hg")
 
 
+def star_commas(source: str, path: Optional[Path]) -> StarCommas:
+    """Where black puts a comma after ``*args`` in what it explodes of ``source`` (the file at
+    ``path``, if any): calls where it targets Python 3.5+, ``def`` lines where 3.6+."""
+    lowest = _configured(path) if path is not None else None
+    if lowest is not None:
+        return StarCommas(calls=lowest >= 5, defs=lowest >= 6)
+    if _uses_python_3_6(source):
+        return StarCommas(calls=True, defs=True)
+    return StarCommas(calls=_star_comma_in_call(source), defs=False)
+
+
 def targets_python_3_6(source: str, path: Optional[Path]) -> bool:
     """Whether black takes ``source`` (the file at ``path``, if any) to target Python 3.6+."""
-    configured = _configured(path) if path is not None else None
-    if configured is not None:
-        return configured
+    lowest = _configured(path) if path is not None else None
+    if lowest is not None:
+        return lowest >= 6
     return _uses_python_3_6(source)
 
 
-def _configured(path: Path) -> Optional[bool]:
-    """What the nearest pyproject.toml above ``path`` says, None where it says nothing."""
+def _configured(path: Path) -> Optional[int]:
+    """The lowest Python 3 minor the nearest pyproject.toml above ``path`` names, None where it
+    says nothing."""
     folder = Path(path).resolve().parent
     for current in [folder, *folder.parents]:
         toml = current / "pyproject.toml"
@@ -51,8 +66,8 @@ def _configured(path: Path) -> Optional[bool]:
     return None
 
 
-def _from_pyproject(toml: Path) -> Optional[bool]:
-    """black's ``target-version`` (every one 3.6+), else ``requires-python``'s lowest 3.x."""
+def _from_pyproject(toml: Path) -> Optional[int]:
+    """black's lowest ``target-version``, else ``requires-python``'s lowest 3.x: its minor."""
     try:
         lines = _toml_lines(toml)
     except OSError:
@@ -61,12 +76,12 @@ def _from_pyproject(toml: Path) -> Optional[bool]:
     if targets:
         minors = [int(m) for m in re.findall(r"py3(\d+)", targets)]
         if minors:
-            return min(minors) >= 6
+            return min(minors)
     requires = _table_value(lines, "project", "requires-python")
     if requires:
         lowest = re.search(r"(?:>=|~=|==|>)\s*3\.(\d+)", requires)
         if lowest:
-            return int(lowest.group(1)) >= 6
+            return int(lowest.group(1))
     return None
 
 
@@ -210,6 +225,48 @@ def _star_comma_in_def(node: ast.AST, source: str) -> bool:
         opening = _closing(tokens, opening) + 1
     end = _closing(tokens, opening) if 0 < opening < len(tokens) else -1
     return end > 0 and tokens[end - 1].string == ","
+
+
+def _star_comma_in_call(source: str) -> bool:
+    """A call, or a class's bases, whose arguments, starred ones among them, end with a comma."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            arguments: List[ast.AST] = [*node.args, *node.keywords]
+            tokens = _tokens(ast.get_source_segment(source, node) or "")
+            end = len(tokens) - 1
+            opening = _opening(tokens, end)
+        elif isinstance(node, ast.ClassDef):
+            arguments = [*node.bases, *node.keywords]
+            tokens = _tokens(_header(node, source))
+            opening = 2 if len(tokens) > 2 else -1  # class Name (
+            if 0 < opening < len(tokens) and tokens[opening].string == "[":  # type parameters
+                opening = _closing(tokens, opening) + 1
+            end = _closing(tokens, opening) if 0 < opening < len(tokens) else -1
+        else:
+            continue
+        starred = any(
+            isinstance(a, ast.Starred) or (isinstance(a, ast.keyword) and a.arg is None)
+            for a in arguments
+        )
+        if starred and 0 <= opening < end and tokens[end - 1].string == ",":
+            return True
+    return False
+
+
+def _opening(tokens: List[tokenize.TokenInfo], closing: int) -> int:
+    """The index of the ``(`` that ``tokens[closing]``, a ``)``, closes (-1 if none)."""
+    if not 0 <= closing < len(tokens) or tokens[closing].string != ")":
+        return -1
+    depth = 0
+    for n in range(closing, -1, -1):
+        depth += (tokens[n].string in ")]}") - (tokens[n].string in "([{")
+        if depth == 0:
+            return n
+    return -1
 
 
 def _parenthesized_context_managers(node: ast.AST, source: str) -> bool:

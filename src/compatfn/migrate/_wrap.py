@@ -15,7 +15,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import FrozenSet, Iterator, List, Optional, Tuple
+from typing import FrozenSet, Iterator, List, NamedTuple, Optional, Tuple
 
 from ._leaves import (
     CLOSING,
@@ -37,6 +37,18 @@ class CannotSplit(Exception):
     """This split does not apply to the line."""
 
 
+class StarCommas(NamedTuple):
+    """Where a comma follows ``*args`` or ``**kwargs`` in an exploded line (black puts one in a
+    call where the file targets Python 3.5+, in a ``def`` where 3.6+: :mod:`._targets`)."""
+
+    calls: bool = False
+    defs: bool = False
+
+
+#: No comma after ``*args`` anywhere (a file black takes to target Pythons older than 3.5).
+NO_STAR_COMMAS = StarCommas()
+
+
 @dataclass
 class Split:
     head: Line
@@ -49,7 +61,7 @@ class Split:
 @dataclass
 class Wrapper:
     limit: int
-    star_comma: bool = False  # a comma after ``*args`` too (the file targets Python 3.6+)
+    star_commas: StarCommas = NO_STAR_COMMAS  # where a comma follows ``*args`` too
     unit: str = "    "
     force_parens: bool = False
     _omitted: FrozenSet[int] = field(default_factory=frozenset)
@@ -112,7 +124,7 @@ class Wrapper:
     def _second_opinion(self, copy: Line, result: List[Line]) -> List[Line]:
         """The split keeping the optional parentheses, where the one omitting them leaves a
         first line too long and this one fits."""
-        forced = Wrapper(self.limit, self.star_comma, self.unit, force_parens=True)
+        forced = Wrapper(self.limit, self.star_commas, self.unit, force_parens=True)
         try:
             other = [done for part in forced.right_split(copy) for done in forced.lines(part)]
         except CannotSplit:
@@ -165,7 +177,8 @@ class Wrapper:
             if found.get(n) == top and n + 1 < len(line.leaves):
                 parts.append([])
         last = parts[-1][-1]
-        starred = line.arguments and has_star(line.leaves) and not self.star_comma
+        comma = self.star_commas.defs if line.parameters else self.star_commas.calls
+        starred = line.arguments and has_star(line.leaves) and not comma
         if top == COMMA and last.text != "," and not starred:
             parts[-1].append(Leaf(","))
         return [Line(p, line.indent, inside_brackets=True) for p in parts if p]
@@ -191,6 +204,7 @@ class Wrapper:
         opening = leaves[start]
         body = Line(inner, line.indent + self.unit, inside_brackets=True)
         body.arguments = opening.text == "(" and not (opening.atom or opening.invisible)
+        body.parameters = line.is_def and opening is next(x for x in leaves if x.text == "(")
         lone = inner and not any(x.text == "," for x in inner)
         if line.is_def and opening.text == "(" and lone:  # black adds a comma to one parameter,
             # ``*args`` too, whatever the file targets (black 26)
@@ -295,10 +309,10 @@ def _trailers_to_omit(line: Line, limit: int) -> Iterator[List[int]]:
                 opening, closing = leaf.partner, n
 
 
-def wrap(line: str, limit: int, star_comma: bool = False) -> Optional[List[str]]:
+def wrap(line: str, limit: int, star_commas: StarCommas = NO_STAR_COMMAS) -> Optional[List[str]]:
     """``line`` (one physical line, without its line ending) as black would wrap it within
     ``limit`` characters; None if it fits or is left as it is (see :func:`parse`).
-    ``star_comma``: the file targets Python 3.6+, so a comma follows ``*args`` too."""
+    ``star_commas``: where a comma follows ``*args`` too (the Pythons the file targets)."""
     if len(line) <= limit:
         return None
     stripped = line.lstrip(" \t")
@@ -315,6 +329,6 @@ def wrap(line: str, limit: int, star_comma: bool = False) -> Optional[List[str]]
         return None  # a body on the header's line, or a header black splits otherwise
     if not is_def and leaves[0].text != "@":
         leaves = with_optional_parens(leaves)
-    result = Wrapper(limit, star_comma).lines(Line(leaves, indent, is_def=is_def))
+    result = Wrapper(limit, star_commas).lines(Line(leaves, indent, is_def=is_def))
     rendered = [part.render().rstrip() for part in result]
     return rendered if len(rendered) > 1 else None
