@@ -22,9 +22,11 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import itertools
 import os
+import shutil
 import sys
 import tempfile
 import textwrap
@@ -253,6 +255,7 @@ def source(spec: Spec) -> str:
 
 
 _DIR = tempfile.mkdtemp(prefix="compatfn_specs_")
+atexit.register(shutil.rmtree, _DIR, ignore_errors=True)  # the modules live as long as the run
 _COUNTER = itertools.count()
 
 
