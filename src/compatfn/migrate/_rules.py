@@ -54,11 +54,11 @@ byte-order mark are kept; a line migrate writes longer than the file's line leng
 ruff's line-length, or flake8's max-line-length, in the nearest pyproject.toml, ruff.toml,
 setup.cfg, tox.ini or .flake8, flake8's 79 for a `[flake8]` section without one; where none is
 set, the file's longest line, from 79 to 88) is wrapped as black wraps it (a comma after *args
-where black puts one: black's target-version, else requires-python, or the file's own syntax
-says Python 3.6+), and your own lines are left as they are; a second run changes nothing. Each
-rewrite is checked before it is written: the new class must compile and its methods read no
-name they do not bind on every path (where the original did); a class that fails the check is
-refused.
+where black puts one: in a `def` where black's target-version, else requires-python, or the
+file's own syntax says Python 3.6+, in a call where they say 3.5+), and your own lines are
+left as they are; a second run changes nothing. Each rewrite is checked before it is written:
+the new class must compile and its methods read no name they do not bind on every path (where
+the original did); a class that fails the check is refused.
 
 Refused (left untouched, reported as `path:line: Class: reason` on stderr, with the change that
 would let it through): ctx attributes forward does not set read back, or ctx passed to a
