@@ -305,6 +305,45 @@ PYTHON_3_5 = [
         ):
         """,
     ),
+    # the return annotation split too: its brackets hold no parameters
+    (
+        "    def forward(first_argument_is_long, second_argument_is_long, *rest) -> "
+        "Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:",
+        60,
+        StarCommas(calls=True),
+        """
+        def forward(
+            first_argument_is_long,
+            second_argument_is_long,
+            *rest
+        ) -> Tuple[
+            torch.Tensor,
+            torch.Tensor,
+            torch.Tensor,
+            torch.Tensor,
+            torch.Tensor,
+        ]:
+        """,
+    ),
+    (
+        "    def forward(first_argument_is_long, second_argument_is_long, *rest) -> "
+        "Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:",
+        60,
+        StarCommas(calls=True, defs=True),
+        """
+        def forward(
+            first_argument_is_long,
+            second_argument_is_long,
+            *rest,
+        ) -> Tuple[
+            torch.Tensor,
+            torch.Tensor,
+            torch.Tensor,
+            torch.Tensor,
+            torch.Tensor,
+        ]:
+        """,
+    ),
 ]
 
 

@@ -204,7 +204,11 @@ class Wrapper:
         opening = leaves[start]
         body = Line(inner, line.indent + self.unit, inside_brackets=True)
         body.arguments = opening.text == "(" and not (opening.atom or opening.invisible)
-        body.parameters = line.is_def and opening is next(x for x in leaves if x.text == "(")
+        body.parameters = (
+            line.is_def
+            and leaves[0].text in ("def", "async")
+            and opening is next((x for x in leaves if x.text == "("), None)
+        )
         lone = inner and not any(x.text == "," for x in inner)
         if line.is_def and opening.text == "(" and lone:  # black adds a comma to one parameter,
             # ``*args`` too, whatever the file targets (black 26)
