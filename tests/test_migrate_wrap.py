@@ -199,10 +199,22 @@ def test_wraps_as_black_does(line, limit, expected):
 #: Python 3.6+, in a call where it targets 3.5+ (``StarCommas``), but always after a ``def``'s
 #: only parameter.
 NONE, ALL = StarCommas(), StarCommas(calls=True, defs=True)
+SAVE_STARRED = (
+    "        ctx.save_for_backward(first_tensor_argument, second_tensor_argument, *rest_of_them)"
+)
+SAVE_STARRED_COMMA = """
+ctx.save_for_backward(
+    first_tensor_argument,
+    second_tensor_argument,
+    *rest_of_them,
+)
+"""
+DEF_STARRED = (
+    "    def forward(first_tensor_argument, second_tensor_argument, *rest_of_the_arguments_here):"
+)
 STARRED = [
     (
-        "        ctx.save_for_backward(first_tensor_argument, second_tensor_argument, "
-        "*rest_of_them)",
+        SAVE_STARRED,
         60,
         NONE,
         """
@@ -214,21 +226,13 @@ STARRED = [
         """,
     ),
     (
-        "        ctx.save_for_backward(first_tensor_argument, second_tensor_argument, "
-        "*rest_of_them)",
+        SAVE_STARRED,
         60,
         ALL,
-        """
-        ctx.save_for_backward(
-            first_tensor_argument,
-            second_tensor_argument,
-            *rest_of_them,
-        )
-        """,
+        SAVE_STARRED_COMMA,
     ),
     (
-        "    def forward(first_tensor_argument, second_tensor_argument, "
-        "*rest_of_the_arguments_here):",
+        DEF_STARRED,
         79,
         ALL,
         """
@@ -268,21 +272,13 @@ STARRED = [
 #: ``*args`` in a call): a comma after ``*args`` in a call, none in a ``def`` (black 26.10).
 PYTHON_3_5 = [
     (
-        "        ctx.save_for_backward(first_tensor_argument, second_tensor_argument, "
-        "*rest_of_them)",
+        SAVE_STARRED,
         60,
         StarCommas(calls=True),
-        """
-        ctx.save_for_backward(
-            first_tensor_argument,
-            second_tensor_argument,
-            *rest_of_them,
-        )
-        """,
+        SAVE_STARRED_COMMA,
     ),
     (
-        "    def forward(first_tensor_argument, second_tensor_argument, "
-        "*rest_of_the_arguments_here):",
+        DEF_STARRED,
         79,
         StarCommas(calls=True),
         """
