@@ -142,3 +142,39 @@ def test_migrate_write_keeps_its_lines_within_the_projects_line_length(tmp_path,
         out.sum().backward()
         results.append([out.detach(), *(t.grad for t in inputs)])
     assert all(torch.equal(a, b) for a, b in zip(*results))
+
+
+COMMENTED = """\
+import torch
+
+
+class Project(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, input_tensor, weight_matrix, eps):
+        normalized = input_tensor / (input_tensor.norm() + eps)
+        ctx.save_for_backward(normalized, weight_matrix)
+        return normalized @ weight_matrix  # the projection
+
+    @staticmethod
+    def backward(ctx, grad):
+        normalized, weight_matrix = ctx.saved_tensors
+        return grad @ weight_matrix.t(), normalized.t() @ grad, None
+"""
+
+
+def test_a_written_line_with_a_trailing_comment_is_wrapped_with_the_comment_last(tmp_path):
+    pytest.importorskip("libcst", reason="libcst is not installed: pip install 'compatfn[migrate]'")
+    from compatfn.migrate import _command as command
+
+    (tmp_path / "pyproject.toml").write_text("[tool.black]\nline-length = 50\n")
+    (tmp_path / ".git").mkdir()
+    path = tmp_path / "ops.py"
+    path.write_text(COMMENTED)
+    assert command.run([path], mode="write") == 0
+    # black 26.10.1 -l 50 writes the same lines for the one-line return
+    assert (
+        "        return (\n"
+        "            normalized @ weight_matrix,\n"
+        "            normalized,\n"
+        "        )  # the projection\n"
+    ) in path.read_text()

@@ -177,18 +177,93 @@ BLACK = [
 ]
 
 
+#: A trailing comment stays at the end of the last line, and counts in the line's length (black
+#: 26.10.1's output for each, a comment on the optional parentheses or the closing bracket).
+COMMENTED = [
+    (
+        "        y = f(a, b)  # a comment black would move: the line is left as it is........",
+        60,
+        """
+        y = f(
+            a, b
+        )  # a comment black would move: the line is left as it is........
+        """,
+    ),
+    (
+        "        return grad_output * scale, steps  # the solver's steps, for the caller",
+        60,
+        """
+        return (
+            grad_output * scale,
+            steps,
+        )  # the solver's steps, for the caller
+        """,
+    ),
+    (
+        "        result = some_module.compute(input_tensor, weight_tensor)  # noqa: E501",
+        60,
+        """
+        result = some_module.compute(
+            input_tensor, weight_tensor
+        )  # noqa: E501
+        """,
+    ),
+    (  # no trailer is omitted past a comment: the subscript is split
+        "        alpha, beta, gamma, delta, epsilon, zeta = inputs[:6]  # unpacked",
+        60,
+        """
+        alpha, beta, gamma, delta, epsilon, zeta = inputs[
+            :6
+        ]  # unpacked
+        """,
+    ),
+    (
+        "    def forward(input_tensor, weight_tensor, bias_tensor=None):  # pragma: no cover",
+        60,
+        """
+        def forward(
+            input_tensor, weight_tensor, bias_tensor=None
+        ):  # pragma: no cover
+        """,
+    ),
+    (  # a type comment stays on the optional parentheses even around one leaf
+        "        x = inputs[0]  # type: (int) -> int",
+        30,
+        """
+        x = inputs[
+            0
+        ]  # type: (int) -> int
+        """,
+    ),
+    (
+        "        output = torch.nn.functional.linear(x, w).clamp(min=0)  # c",
+        60,
+        """
+        output = torch.nn.functional.linear(x, w).clamp(
+            min=0
+        )  # c
+        """,
+    ),
+]
+
+
 def _layout(text: str) -> list:
     return textwrap.dedent(text).strip("\n").splitlines()
 
 
-@pytest.mark.parametrize("line, limit, expected", BLACK, ids=[f"{c[1]}-{c[0][:40]}" for c in BLACK])
+@pytest.mark.parametrize(
+    "line, limit, expected",
+    BLACK + COMMENTED,
+    ids=[f"{c[1]}-{c[0][:40]}" for c in BLACK + COMMENTED],
+)
 def test_wraps_as_black_does(line, limit, expected):
     indent = len(line) - len(line.lstrip())
     got = wrap(line, limit)
     assert got is not None
     assert [part[indent:] for part in got] == _layout(expected)
     assert all(part.startswith(line[:indent]) for part in got)
-    header = line.rstrip().endswith(":") or line.lstrip().startswith("@")
+    code = line.split("  #")[0]  # without its trailing comment
+    header = code.rstrip().endswith(":") or code.lstrip().startswith("@")
     if not header:  # what it wrote is still the same statement
         assert ast.dump(ast.parse("\n".join(p[indent:] for p in got))) == ast.dump(
             ast.parse(line.strip())
@@ -359,7 +434,10 @@ def test_comma_after_star_as_black_puts_it(line, limit, star_commas, expected):
     "line",
     [
         "        x = inputs",  # fits
-        "        y = f(a, b)  # a comment black would move: the line is left as it is........",
+        # a comment on one leaf in optional parentheses stays with it: nothing to split
+        "        return out  # a comment making the line too long for its limit of sixty.......",
+        "        y = f(a, b)  # type: ignore[call-arg] (black keeps this line whole).............",
+        "        # a comment line much longer than the limit of sixty characters is left as it is",
         "        def forward(alpha, beta, gamma, delta, epsilon): return alpha + beta + gamma",
         "        class VeryLongNameForAClassThatDoesNotFitOnTheLine(torch.autograd.Function):",
         # an unsplittable value: black leaves the line as it is

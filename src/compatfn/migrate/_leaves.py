@@ -47,6 +47,9 @@ PRIORITIES = {
     "@": 4,
     "**": 1,
 }
+#: black's type comments: one ignoring errors keeps its line whole; any stays where it was written.
+TYPE_COMMENT = "# type:"
+TYPE_IGNORE = "# type: ignore"
 #: Statements whose first expression black wraps in optional parentheses.
 WRAPPED_AFTER = {"return", "if", "elif", "while", "del", "assert"}
 
@@ -79,6 +82,7 @@ class Leaf:
     invisible: bool = False  # an optional parenthesis (shown only if it is split at)
     partner: Optional[Leaf] = None
     atom: bool = False  # an opening bracket of a display or parenthesized expression
+    comment: str = ""  # a trailing comment attached to this leaf (black shows it at the line's end)
 
     def shown(self) -> str:
         return "" if self.invisible else self.text
@@ -98,12 +102,13 @@ class Line:
         text = "".join(
             (leaf.prefix if n else "") + leaf.shown() for n, leaf in enumerate(self.leaves)
         )
-        return self.indent + text
+        comments = "".join(f"  {leaf.comment}" for leaf in self.leaves if leaf.comment)
+        return self.indent + text + comments
 
 
 def copy_line(line: Line) -> Line:
     mapping = {
-        id(leaf): Leaf(leaf.text, leaf.prefix, leaf.kind, False, None, leaf.atom)
+        id(leaf): Leaf(leaf.text, leaf.prefix, leaf.kind, False, None, leaf.atom, leaf.comment)
         for leaf in line.leaves
     }
     for leaf in line.leaves:
@@ -188,8 +193,9 @@ def _priority(leaves: Sequence[Leaf], n: int, comprehension: bool) -> int:
 
 
 def parse(text: str) -> Optional[List[Leaf]]:
-    """The leaves of one logical line (no indentation), or None for one :func:`wrap` leaves
-    alone: a comment, a string over several lines, a backslash, unbalanced brackets."""
+    """The leaves of one logical line (no indentation), a trailing comment attached to the last,
+    or None for one :func:`wrap` leaves alone: a comment line, a type comment, a string over
+    several lines, a backslash, unbalanced brackets."""
     leaves: List[Leaf] = []
     stack: List[Leaf] = []
     end_col = 0
@@ -202,6 +208,11 @@ def parse(text: str) -> Optional[List[Leaf]]:
     for token in tokens:
         name = tokenize.tok_name[token.type]
         if token.type in (tokenize.NEWLINE, tokenize.ENDMARKER, tokenize.INDENT):
+            continue
+        if token.type == tokenize.COMMENT and leaves and not stack and token.start[0] == 1:
+            if token.string.startswith(TYPE_IGNORE):
+                return None  # black keeps the line whole
+            leaves[-1].comment = token.string
             continue
         if token.type in (tokenize.COMMENT, tokenize.NL) or token.start[0] != 1:
             return None
@@ -266,5 +277,10 @@ def with_optional_parens(leaves: List[Leaf]) -> List[Leaf]:
         closing = Leaf(")", invisible=True, partner=opening)
         opening.partner = closing
         inner[0].prefix = ""
+        comment = inner[-1].comment
+        if end == len(leaves) and (len(inner) > 1 or comment.startswith(TYPE_COMMENT)):
+            # black: a comment after the optional parentheses of a value of several leaves (or a
+            # type comment) goes with them; of one leaf, with the leaf
+            closing.comment, inner[-1].comment = comment, ""
         leaves[start:end] = [opening, *inner, closing]
     return leaves

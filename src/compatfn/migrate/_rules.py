@@ -53,7 +53,8 @@ Fn.apply(...) callers need no change; comments, formatting, line endings, encodi
 byte-order mark are kept; a line migrate writes longer than the file's line length (black's or
 ruff's line-length, or flake8's max-line-length, in the nearest pyproject.toml, ruff.toml,
 setup.cfg, tox.ini or .flake8, flake8's 79 for a `[flake8]` section without one; where none is
-set, the file's longest line, from 79 to 88) is wrapped as black wraps it (a comma after *args
+set, the file's longest line, from 79 to 88) is wrapped as black wraps it (a trailing comment
+at the end of the last line, a line with `# type: ignore` left whole; a comma after *args
 where black puts one: in a `def` where black's target-version, else requires-python, or the
 file's own syntax says Python 3.6+, in a call where they say 3.5+), and your own lines are
 left as they are; a second run changes nothing. Each rewrite is checked before it is written:

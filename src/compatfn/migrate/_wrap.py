@@ -4,8 +4,9 @@ A line is split at its last bracket pair (``head(`` / body / ``)tail``), a ``def
 a body that still does not fit, or a tuple, list or set display, is split at its delimiters of
 highest priority (one item a line, with a trailing comma after commas). ``return`` values,
 assignment targets and values and ``if`` conditions get optional parentheses, which are kept only
-where they help, as black decides. Comments, strings over several lines and backslashes are left
-to the caller (:func:`wrap` returns None for them).
+where they help, as black decides; a trailing comment stays at the end of the last line. Comment
+lines, type comments, strings over several lines and backslashes are left to the caller
+(:func:`wrap` returns None for them).
 
 Example::
 
@@ -243,7 +244,7 @@ class Wrapper:
             for leaf in body:
                 rest = rest or leaf is first.partner
                 if rest:
-                    length += len(leaf.prefix) + len(leaf.text)
+                    length += len(leaf.prefix) + len(leaf.text) + len(leaf.comment)
                     if length > self.limit:
                         break
                     rest = leaf.text not in OPENING
@@ -255,7 +256,7 @@ class Wrapper:
             length = len(split.body.indent)
             nested = False
             for n, leaf in enumerate(body):
-                length += len(leaf.prefix if n else "") + len(leaf.text)
+                length += len(leaf.prefix if n else "") + len(leaf.text) + len(leaf.comment)
                 if leaf is last.partner:
                     return nested or length <= self.limit
                 nested = nested or leaf.text in OPENING
@@ -289,8 +290,8 @@ def _trailers_to_omit(line: Line, limit: int) -> Iterator[List[int]]:
     leaves = line.leaves
     for n in range(len(leaves) - 1, -1, -1):
         leaf = leaves[n]
-        length += len(leaf.prefix) + len(leaf.shown())
-        if length > limit:
+        length += len(leaf.prefix) + len(leaf.shown()) + len(leaf.comment)
+        if length > limit or leaf.comment:  # black omits no trailer past a comment
             break
         if opening is not None:
             if leaf is opening:
