@@ -194,8 +194,8 @@ def _priority(leaves: Sequence[Leaf], n: int, comprehension: bool) -> int:
 
 def parse(text: str) -> Optional[List[Leaf]]:
     """The leaves of one logical line (no indentation), a trailing comment attached to the last,
-    or None for one :func:`wrap` leaves alone: a comment line, a type comment, a string over
-    several lines, a backslash, unbalanced brackets."""
+    or None for one :func:`wrap` leaves alone: a comment line, a ``# type: ignore`` comment, a
+    string over several lines, a backslash, unbalanced brackets."""
     leaves: List[Leaf] = []
     stack: List[Leaf] = []
     end_col = 0

@@ -5,8 +5,8 @@ a body that still does not fit, or a tuple, list or set display, is split at its
 highest priority (one item a line, with a trailing comma after commas). ``return`` values,
 assignment targets and values and ``if`` conditions get optional parentheses, which are kept only
 where they help, as black decides; a trailing comment stays at the end of the last line. Comment
-lines, type comments, strings over several lines and backslashes are left to the caller
-(:func:`wrap` returns None for them).
+lines, ``# type: ignore`` comments, strings over several lines and backslashes are left to the
+caller (:func:`wrap` returns None for them).
 
 Example::
 
