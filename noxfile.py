@@ -15,12 +15,15 @@ Sessions come first, helpers after the banner below them.
 from __future__ import annotations
 
 import atexit
+import functools
+import os
 import shutil
 import sys
 import tarfile
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import nox
 
@@ -43,6 +46,27 @@ nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.error_on_missing_interpreters = True
 
 JUNIT_DIR = ROOT / "reports" / "junit"
+#: ``COMPATFN_NOX_DISCARD=1`` (CI sets it): each session that installs torch deletes its environment
+#: when it ends, passed or failed, so that a run holds one torch on disk at a time (a CUDA build of
+#: torch takes 2-7 GB in an environment) instead of one per session. ``nox -r`` finds nothing to
+#: reuse then.
+DISCARD_ENVS = os.environ.get("COMPATFN_NOX_DISCARD") == "1"
+
+SessionFunc = Callable[[nox.Session], None]
+
+
+def _discarding(func: SessionFunc) -> SessionFunc:
+    """Let session ``func`` delete its environment when it ends, where ``DISCARD_ENVS`` says so."""
+
+    @functools.wraps(func)
+    def run_then_discard(session: nox.Session) -> None:
+        try:
+            func(session)
+        finally:
+            if DISCARD_ENVS:
+                shutil.rmtree(session.virtualenv.location, ignore_errors=True)
+
+    return run_then_discard
 
 
 # --- sessions ----------------------------------------------------------------------------------
@@ -52,6 +76,7 @@ def _tests_session(row: matrix.Row, *, legacy: bool) -> None:
     """Define ``tests-X-Y`` (or ``tests-X-Y-legacy``): the suite on one torch of the matrix."""
     forced = " with COMPATFN_LEGACY=1 forced" if legacy else ""
 
+    @_discarding
     def tests(session: nox.Session) -> None:
         _run_tests(session, row, {"COMPATFN_LEGACY": "1"} if legacy else {})
 
@@ -67,6 +92,7 @@ def _tests_session(row: matrix.Row, *, legacy: bool) -> None:
 def _cuda_session(row: matrix.Row) -> None:
     """Define ``cuda-X-Y``: the CUDA-marked tests on one torch."""
 
+    @_discarding
     def cuda(session: nox.Session) -> None:
         # COMPATFN_REQUIRE_CUDA makes tests/conftest.py stop the run when no GPU is usable.
         _run_tests(session, row, {"COMPATFN_REQUIRE_CUDA": "1"}, "-m", "cuda")
@@ -80,6 +106,7 @@ def _cuda_session(row: matrix.Row) -> None:
 def _bench_session(row: matrix.Row) -> None:
     """Define ``bench-X-Y``: benchmarks/run.py on one torch."""
 
+    @_discarding
     def bench(session: nox.Session) -> None:
         script = ROOT / "benchmarks" / "run.py"
         if not script.exists():
@@ -115,7 +142,20 @@ def installed(session: nox.Session) -> None:
     session.run("python", "-m", "tools.check_installed", *args, external=True)
 
 
+@nox.session(name="device-check", python=matrix.ROWS[-1].python, default=False)
+@_discarding
+def device_check(session: nox.Session) -> None:
+    """Install the newest torch and run tools/device_check.sh (the check a machine with a GPU runs
+    first) with it; arguments after -- go to the script, by default reports/installed/nox."""
+    _install(session, matrix.ROWS[-1])
+    args = session.posargs or [str(ROOT / "reports" / "installed" / "nox")]
+    python = str(Path(session.bin) / "python")
+    script = str(ROOT / "tools" / "device_check.sh")
+    session.run("bash", script, *args, env={"PYTHON": python}, external=True)
+
+
 @nox.session(python=sessions.LINT_PYTHON)
+@_discarding
 def lint(session: nox.Session) -> None:
     """Ruff (lint, format check) over the repository; mypy over src/ (with torch) and tools/;
     actionlint over .github/workflows (configured by .github/actionlint.yaml) and the example
@@ -142,6 +182,7 @@ def report_(session: nox.Session) -> None:
 
 
 @nox.session(python=sessions.LINT_PYTHON, default=False)
+@_discarding
 def docs(session: nox.Session) -> None:
     """Build the documentation into docs/_build/html (warnings are errors) and run every example
     of README.md and docs/*.md on the newest torch (tests/test_docs.py)."""
@@ -164,6 +205,7 @@ _ORACLE_ROW = matrix.row(sessions.CUSTOM_OP_ORACLE)
 
 
 @nox.session(name="custom-op-oracle", python=_ORACLE_ROW.python, default=False)
+@_discarding
 def custom_op_oracle(session: nox.Session) -> None:
     """Record what torch's own custom_op gives the differential oracle's fixed cases (on the torch
     of ``tools/sessions.py``'s CUSTOM_OP_ORACLE) into tests/data/custom_op_oracle.json, which the
@@ -173,6 +215,7 @@ def custom_op_oracle(session: nox.Session) -> None:
 
 
 @nox.session(python=sessions.LINT_PYTHON, default=False)
+@_discarding
 def build(session: nox.Session) -> None:
     """Build the sdist and the wheel into dist/ and check them: twine check --strict,
     check-wheel-contents, the tests inside the sdist, and the wheel installed into a fresh
