@@ -247,14 +247,60 @@ COMMENTED = [
 ]
 
 
+#: Splits that once changed the code (an assert of a tuple, a tuple holding the lambda, a loop over
+#: a 1-tuple): black's layout for each (26.10.1), the same statement.
+SAME_CODE = [
+    (
+        '        assert x.shape == y.shape, "shapes differ between the two arguments"',
+        40,
+        """
+        assert (
+            x.shape == y.shape
+        ), "shapes differ between the two arguments"
+        """,
+    ),
+    (  # a lambda's parameters are no delimiters
+        "        lambda_value = lambda first, second: first + second",
+        40,
+        """
+        lambda_value = (
+            lambda first, second: first
+            + second
+        )
+        """,
+    ),
+    (  # nor are a comprehension's targets
+        "        x = [first_function(a) for a, b in some_long_name_of_pairs]",
+        40,
+        """
+        x = [
+            first_function(a)
+            for a, b in some_long_name_of_pairs
+        ]
+        """,
+    ),
+    (
+        "        table = {key: value for key, value in zip(first_keys, second_values) if value}",
+        60,
+        """
+        table = {
+            key: value
+            for key, value in zip(first_keys, second_values)
+            if value
+        }
+        """,
+    ),
+]
+
+
 def _layout(text: str) -> list:
     return textwrap.dedent(text).strip("\n").splitlines()
 
 
 @pytest.mark.parametrize(
     "line, limit, expected",
-    BLACK + COMMENTED,
-    ids=[f"{c[1]}-{c[0][:40]}" for c in BLACK + COMMENTED],
+    BLACK + COMMENTED + SAME_CODE,
+    ids=[f"{c[1]}-{c[0][:40]}" for c in BLACK + COMMENTED + SAME_CODE],
 )
 def test_wraps_as_black_does(line, limit, expected):
     indent = len(line) - len(line.lstrip())
@@ -437,6 +483,10 @@ def test_comma_after_star_as_black_puts_it(line, limit, star_commas, expected):
         # a comment on one leaf in optional parentheses stays with it: nothing to split
         "        return out  # a comment making the line too long for its limit of sixty.......",
         "        y = f(a, b)  # type: ignore[call-arg] (black keeps this line whole).............",
+        "        y = f(a, b)  #type:ignore (black reads it as '# type: ignore' and keeps it whole)",
+        "        y = f(a, b)  # fmt: skip (black leaves this line alone, however long it is)......",
+        # two statements: black would make two lines of them
+        "        x = compute(first_argument); y = compute(second_argument_of_the_call)",
         "        # a comment line much longer than the limit of sixty characters is left as it is",
         "        def forward(alpha, beta, gamma, delta, epsilon): return alpha + beta + gamma",
         "        class VeryLongNameForAClassThatDoesNotFitOnTheLine(torch.autograd.Function):",
@@ -446,3 +496,16 @@ def test_comma_after_star_as_black_puts_it(line, limit, star_commas, expected):
 )
 def test_leaves_alone_what_it_does_not_wrap(line):
     assert wrap(line, 60) is None
+
+
+def test_a_split_that_would_change_the_code_is_never_written():
+    from compatfn.migrate._wrap import _same_statement
+
+    line = "f = lambda a, b: a + b"
+    assert _same_statement(line, ["f = (", "    lambda a, b: a", "    + b", ")"])
+    # the layout an earlier version wrote: a tuple holding the lambda
+    assert not _same_statement(line, ["f = (", "    lambda a,", "    b: a + b,", ")"])
+    assert _same_statement("del a, b", ["del (", "    a,", "    b,", ")"])
+    header = "    def forward(x, y):  # c"
+    assert _same_statement(header, ["    def forward(", "        x, y", "    ):  # c"])
+    assert not _same_statement(header, ["    def forward(", "        x", "    ):  # c"])

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import io
 import keyword
+import re
 import tokenize
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 OPENING = {"(": ")", "[": "]", "{": "}"}
 CLOSING = {")", "]", "}"}
@@ -48,8 +49,12 @@ PRIORITIES = {
     "**": 1,
 }
 #: black's type comments: one ignoring errors keeps its line whole; any stays where it was written.
-TYPE_COMMENT = "# type:"
-TYPE_IGNORE = "# type: ignore"
+TYPE_COMMENT = re.compile(r"#\s*type:")
+TYPE_IGNORE = re.compile(r"#\s*type:\s*ignore")
+#: A comment that tells black (or yapf) to leave its line alone.
+FORMAT_SKIP = re.compile(r"#\s*(fmt\s*:\s*(skip|off)|yapf\s*:\s*disable)")
+#: Where black's extra depth for a lambda's parameters and a for's targets ends.
+SCOPES = {"lambda": ":", "for": "in"}
 #: Statements whose first expression black wraps in optional parentheses.
 WRAPPED_AFTER = {"return", "if", "elif", "while", "del", "assert"}
 
@@ -158,7 +163,13 @@ def delimiters(leaves: Sequence[Leaf]) -> Dict[int, int]:
     found: Dict[int, int] = {}
     depth = 0
     comprehension = False
+    # black's BracketTracker: a lambda's parameters (to its ``:``) and a for's targets (to its
+    # ``in``) are one level deeper, so their commas are no delimiters
+    scopes: List[Tuple[str, int]] = []
     for n, leaf in enumerate(leaves):
+        if scopes and scopes[-1] == (leaf.text, depth):
+            depth -= 1
+            scopes.pop()
         if leaf.text in CLOSING:
             depth -= 1
         comprehension = comprehension or (depth == 0 and leaf.text == "for")
@@ -172,6 +183,9 @@ def delimiters(leaves: Sequence[Leaf]) -> Dict[int, int]:
             found[n] = COMMA
         if leaf.text in OPENING:
             depth += 1
+        if leaf.kind == tokenize.NAME and leaf.text in SCOPES:
+            depth += 1
+            scopes.append((SCOPES[leaf.text], depth))
     return found
 
 
@@ -194,8 +208,8 @@ def _priority(leaves: Sequence[Leaf], n: int, comprehension: bool) -> int:
 
 def parse(text: str) -> Optional[List[Leaf]]:
     """The leaves of one logical line (no indentation), a trailing comment attached to the last,
-    or None for one :func:`wrap` leaves alone: a comment line, a ``# type: ignore`` comment, a
-    string over several lines, a backslash, unbalanced brackets."""
+    or None for one :func:`wrap` leaves alone: a comment line, a ``# type: ignore`` or
+    ``# fmt: skip`` comment, a string over several lines, a backslash, unbalanced brackets."""
     leaves: List[Leaf] = []
     stack: List[Leaf] = []
     end_col = 0
@@ -210,7 +224,7 @@ def parse(text: str) -> Optional[List[Leaf]]:
         if token.type in (tokenize.NEWLINE, tokenize.ENDMARKER, tokenize.INDENT):
             continue
         if token.type == tokenize.COMMENT and leaves and not stack and token.start[0] == 1:
-            if token.string.startswith(TYPE_IGNORE):
+            if TYPE_IGNORE.match(token.string) or FORMAT_SKIP.search(token.string):
                 return None  # black keeps the line whole
             leaves[-1].comment = token.string
             continue
@@ -245,12 +259,24 @@ def parse(text: str) -> Optional[List[Leaf]]:
     return leaves if leaves and not stack else None
 
 
+def _outer_commas(leaves: Sequence[Leaf]) -> Iterator[int]:
+    depth = 0
+    for n, leaf in enumerate(leaves):
+        depth += leaf.text in OPENING
+        depth -= leaf.text in CLOSING
+        if depth == 0 and leaf.text == ",":
+            yield n
+
+
 def with_optional_parens(leaves: List[Leaf]) -> List[Leaf]:
     """``leaves`` with invisible parentheses around a return value, an assignment's target and
     value, and the condition of an if (black's optional parentheses)."""
     first = leaves[0].text
     spans = []
-    if first in WRAPPED_AFTER:
+    if first == "assert":  # the condition and the message, each on its own (black)
+        comma = next((n for n in _outer_commas(leaves)), len(leaves))
+        spans.extend([(1, comma), (comma + 1, len(leaves))])
+    elif first in WRAPPED_AFTER:
         end = len(leaves) - (leaves[-1].text == ":" and first != "return")
         spans.append((1, end))
     else:
@@ -278,7 +304,7 @@ def with_optional_parens(leaves: List[Leaf]) -> List[Leaf]:
         opening.partner = closing
         inner[0].prefix = ""
         comment = inner[-1].comment
-        if end == len(leaves) and (len(inner) > 1 or comment.startswith(TYPE_COMMENT)):
+        if end == len(leaves) and (len(inner) > 1 or TYPE_COMMENT.match(comment)):
             # black: a comment after the optional parentheses of a value of several leaves (or a
             # type comment) goes with them; of one leaf, with the leaf
             closing.comment, inner[-1].comment = comment, ""

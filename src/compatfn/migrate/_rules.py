@@ -54,7 +54,8 @@ byte-order mark are kept; a line migrate writes longer than the file's line leng
 ruff's line-length, or flake8's max-line-length, in the nearest pyproject.toml, ruff.toml,
 setup.cfg, tox.ini or .flake8, flake8's 79 for a `[flake8]` section without one; where none is
 set, the file's longest line, from 79 to 88) is wrapped as black wraps it (a trailing comment
-at the end of the last line, a line with `# type: ignore` left whole; a comma after *args
+at the end of the last line; a line with `# type: ignore` or `# fmt: skip`, or two statements,
+left whole; a layout that would parse as other code is never written; a comma after *args
 where black puts one: in a `def` where black's target-version, else requires-python, or the
 file's own syntax says Python 3.6+, in a call where they say 3.5+), and your own lines are
 left as they are; a second run changes nothing. Each rewrite is checked before it is written:

@@ -15,6 +15,8 @@ Example::
 
 from __future__ import annotations
 
+import ast
+import textwrap
 from dataclasses import dataclass, field
 from typing import FrozenSet, Iterator, List, NamedTuple, Optional, Tuple
 
@@ -334,6 +336,37 @@ def wrap(line: str, limit: int, star_commas: StarCommas = NO_STAR_COMMAS) -> Opt
         return None  # a body on the header's line, or a header black splits otherwise
     if not is_def and leaves[0].text != "@":
         leaves = with_optional_parens(leaves)
+    if any(leaf.text == ";" for leaf in leaves):
+        return None  # black would make statements of it
     result = Wrapper(limit, star_commas).lines(Line(leaves, indent, is_def=is_def))
     rendered = [part.render().rstrip() for part in result]
-    return rendered if len(rendered) > 1 else None
+    if len(rendered) < 2 or not _same_statement(line, rendered):
+        return None
+    return rendered
+
+
+#: Ways to make one statement (or header) a module for :func:`ast.parse`, inside an async def.
+_FRAMES = ("{}", "{}\n    pass", "{}\ndef _():\n    pass", "if 0:\n    pass\n{}\n    pass")
+
+
+def _same_statement(line: str, wrapped: List[str]) -> bool:
+    """Whether ``wrapped`` is the statement ``line`` is: a layout that would change the code (a
+    bug in a split) is never written."""
+    for frame in _FRAMES:
+        before = _tree(line, frame)
+        if before is not None:
+            return before == _tree("\n".join(wrapped), frame)
+    return False
+
+
+def _tree(text: str, frame: str) -> Optional[str]:
+    code = "async def _():\n" + textwrap.indent(frame.format(textwrap.dedent(text)), "    ")
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):  # black's ``del (a, b)`` deletes what ``del a, b`` does
+        if isinstance(node, ast.Delete) and len(node.targets) == 1:
+            target = node.targets[0]
+            node.targets = target.elts if isinstance(target, ast.Tuple) else node.targets
+    return ast.dump(tree)
