@@ -235,6 +235,15 @@ COMMENTED = [
         ]  # type: (int) -> int
         """,
     ),
+    (  # 33 characters, 41 columns: black counts a wide character as two
+        "x = compute(aaa, bbb)  # 计算投影计算投影",
+        40,
+        """
+        x = compute(
+            aaa, bbb
+        )  # 计算投影计算投影
+        """,
+    ),
     (
         "        output = torch.nn.functional.linear(x, w).clamp(min=0)  # c",
         60,

@@ -19,6 +19,7 @@ import tokenize
 from pathlib import Path
 from typing import Dict, List, Optional, Set
 
+from ._leaves import width
 from ._wrap import NO_STAR_COMMAS, StarCommas, wrap
 
 DEFAULT_LINE_LENGTH = 88  # black's and ruff's default
@@ -177,7 +178,7 @@ def wrap_new_lines(old: str, new: str, limit: int, star_commas: StarCommas = NO_
     black wraps it. A line as long in ``old`` (the author's own, moved) is left as it is.
     ``star_commas``: where a comma follows ``*args`` (:func:`._targets.star_commas`)."""
     old_lines, new_lines = LINE.findall(old), LINE.findall(new)
-    long_before = {line.strip() for line in old_lines if len(line.rstrip("\r\n")) > limit}
+    long_before = {line.strip() for line in old_lines if width(line.rstrip("\r\n")) > limit}
     whole = _one_line_statements(new)
     matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
     written = [
@@ -189,7 +190,7 @@ def wrap_new_lines(old: str, new: str, limit: int, star_commas: StarCommas = NO_
     for n in reversed(written):
         line = new_lines[n]
         text = line.rstrip("\r\n")
-        if len(text) <= limit or n not in whole or line.strip() in long_before:
+        if width(text) <= limit or n not in whole or line.strip() in long_before:
             continue
         wrapped = wrap(text, limit, star_commas)
         if wrapped:

@@ -13,6 +13,7 @@ import io
 import keyword
 import re
 import tokenize
+import unicodedata
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -75,6 +76,19 @@ COMPOUND = {
     "match",
     "case",
 }
+
+
+def width(text: str) -> int:
+    """The columns ``text`` takes as black counts them (``str_width``): 2 for a wide or
+    full-width East Asian character, else 1.
+
+    Example::
+
+        width("# 投影")  # 6
+    """
+    if text.isascii():
+        return len(text)
+    return sum(2 if unicodedata.east_asian_width(char) in "WF" else 1 for char in text)
 
 
 @dataclass(eq=False)
@@ -274,7 +288,7 @@ def with_optional_parens(leaves: List[Leaf]) -> List[Leaf]:
     first = leaves[0].text
     spans = []
     if first == "assert":  # the condition and the message, each on its own (black)
-        comma = next((n for n in _outer_commas(leaves)), len(leaves))
+        comma = next(_outer_commas(leaves), len(leaves))
         spans.extend([(1, comma), (comma + 1, len(leaves))])
     elif first in WRAPPED_AFTER:
         end = len(leaves) - (leaves[-1].text == ":" and first != "return")

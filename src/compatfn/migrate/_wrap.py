@@ -32,6 +32,7 @@ from ._leaves import (
     delimiters,
     has_star,
     parse,
+    width,
     with_optional_parens,
 )
 
@@ -70,7 +71,7 @@ class Wrapper:
     _omitted: FrozenSet[int] = field(default_factory=frozenset)
 
     def fits(self, line: Line) -> bool:
-        return len(line.render()) <= self.limit
+        return width(line.render()) <= self.limit
 
     def lines(self, line: Line) -> List[Line]:
         """``line`` split until each part fits (or cannot be split further)."""
@@ -246,7 +247,7 @@ class Wrapper:
             for leaf in body:
                 rest = rest or leaf is first.partner
                 if rest:
-                    length += len(leaf.prefix) + len(leaf.text) + len(leaf.comment)
+                    length += width(leaf.prefix + leaf.text + leaf.comment)
                     if length > self.limit:
                         break
                     rest = leaf.text not in OPENING
@@ -258,7 +259,7 @@ class Wrapper:
             length = len(split.body.indent)
             nested = False
             for n, leaf in enumerate(body):
-                length += len(leaf.prefix if n else "") + len(leaf.text) + len(leaf.comment)
+                length += width((leaf.prefix if n else "") + leaf.text + leaf.comment)
                 if leaf is last.partner:
                     return nested or length <= self.limit
                 nested = nested or leaf.text in OPENING
@@ -292,7 +293,7 @@ def _trailers_to_omit(line: Line, limit: int) -> Iterator[List[int]]:
     leaves = line.leaves
     for n in range(len(leaves) - 1, -1, -1):
         leaf = leaves[n]
-        length += len(leaf.prefix) + len(leaf.shown()) + len(leaf.comment)
+        length += width(leaf.prefix + leaf.shown() + leaf.comment)
         if length > limit or leaf.comment:  # black omits no trailer past a comment
             break
         if opening is not None:
@@ -320,7 +321,7 @@ def wrap(line: str, limit: int, star_commas: StarCommas = NO_STAR_COMMAS) -> Opt
     """``line`` (one physical line, without its line ending) as black would wrap it within
     ``limit`` characters; None if it fits or is left as it is (see :func:`parse`).
     ``star_commas``: where a comma follows ``*args`` too (the Pythons the file targets)."""
-    if len(line) <= limit:
+    if width(line) <= limit:
         return None
     stripped = line.lstrip(" \t")
     indent = line[: len(line) - len(stripped)]
