@@ -181,12 +181,12 @@ BLACK = [
 #: 26.10.1's output for each, a comment on the optional parentheses or the closing bracket).
 COMMENTED = [
     (
-        "        y = f(a, b)  # a comment black would move: the line is left as it is........",
+        "        y = f(a, b)  # a comment at the end of the call, counted in its length........",
         60,
         """
         y = f(
             a, b
-        )  # a comment black would move: the line is left as it is........
+        )  # a comment at the end of the call, counted in its length........
         """,
     ),
     (
@@ -256,6 +256,55 @@ COMMENTED = [
 ]
 
 
+#: An empty pair at the end (``.t()``) is passed over for the pair before it, as black does.
+TRAILERS = [
+    (
+        "        alpha_nz = alpha.repeat(nz, 1).t()",
+        32,
+        """
+        alpha_nz = alpha.repeat(
+            nz, 1
+        ).t()
+        """,
+    ),
+    (
+        "        covar_mat = unitless_sq_dist_.div_(-2.0).exp_()",
+        30,
+        """
+        covar_mat = unitless_sq_dist_.div_(
+            -2.0
+        ).exp_()
+        """,
+    ),
+    (
+        "        return grad_output.mul(scale_factor).contiguous(), None",
+        40,
+        """
+        return (
+            grad_output.mul(
+                scale_factor
+            ).contiguous(),
+            None,
+        )
+        """,
+    ),
+]
+
+
+#: A def whose head alone is longer than the limit (this once raised ValueError).
+LONG_HEAD = [
+    (
+        "    def test_posterior_latent_gp_and_likelihood_with_optimization_cuda(self, a, b):",
+        40,
+        """
+        def test_posterior_latent_gp_and_likelihood_with_optimization_cuda(
+            self, a, b
+        ):
+        """,
+    ),
+]
+
+
 #: Splits that once changed the code (an assert of a tuple, a tuple holding the lambda, a loop over
 #: a 1-tuple): black's layout for each (26.10.1), the same statement.
 SAME_CODE = [
@@ -308,8 +357,8 @@ def _layout(text: str) -> list:
 
 @pytest.mark.parametrize(
     "line, limit, expected",
-    BLACK + COMMENTED + SAME_CODE,
-    ids=[f"{c[1]}-{c[0][:40]}" for c in BLACK + COMMENTED + SAME_CODE],
+    BLACK + COMMENTED + SAME_CODE + LONG_HEAD + TRAILERS,
+    ids=[f"{c[1]}-{c[0][:40]}" for c in BLACK + COMMENTED + SAME_CODE + LONG_HEAD + TRAILERS],
 )
 def test_wraps_as_black_does(line, limit, expected):
     indent = len(line) - len(line.lstrip())

@@ -143,6 +143,8 @@ class Wrapper:
         if index is None:
             raise CannotSplit
         opening = line.leaves[index]
+        if not any(leaf is opening.partner for leaf in line.leaves):
+            raise CannotSplit  # a head whose bracket closes on a later line: as long as it gets
         end = line.leaves.index(opening.partner)  # type: ignore[arg-type]
         return self._build(line, index, end)
 
@@ -197,6 +199,8 @@ class Wrapper:
                 if not any(other is leaf.partner for other in leaves[:end]):
                     break  # its opening bracket is on an earlier line
                 start = leaves.index(leaf.partner)  # type: ignore[arg-type]
+                if start == end - 1:
+                    continue  # an empty pair (``.t()``): black looks further left
                 head, body, tail = self._pieces(line, start, end)
                 return Split(head, body, tail, leaves[start], leaf)
         raise CannotSplit
