@@ -346,14 +346,16 @@ def _run_tests(session: nox.Session, row: matrix.Row, env: dict[str, str], *args
     JUNIT_DIR.mkdir(parents=True, exist_ok=True)
     junit = JUNIT_DIR / f"{session.name}.xml"
     junit.unlink(missing_ok=True)
+    oracle = sessions.layout_oracle(row)
     env = {
         "COMPATFN_EXPECT_TORCH": row.torch,
         "COMPATFN_EXPECT_INSTALLED": "1",
+        **({"COMPATFN_EXPECT_BLACK": "1"} if oracle else {}),
         **env,
     }
     pytest_started = None
     try:
-        _install(session, row)
+        _install(session, row, *oracle)
         pytest_started = time.monotonic()
         pytest = ("pytest", f"--junitxml={junit}", "--durations=5", *args, *session.posargs)
         session.run(*pytest, env=env)

@@ -557,13 +557,13 @@ def test_leaves_alone_what_it_does_not_wrap(line):
 
 
 def test_a_split_that_would_change_the_code_is_never_written():
-    from compatfn.migrate._wrap import _same_statement
+    from compatfn.migrate._wrap import same_statement
 
     line = "f = lambda a, b: a + b"
-    assert _same_statement(line, ["f = (", "    lambda a, b: a", "    + b", ")"])
+    assert same_statement(line, ["f = (", "    lambda a, b: a", "    + b", ")"])
     # the layout an earlier version wrote: a tuple holding the lambda
-    assert not _same_statement(line, ["f = (", "    lambda a,", "    b: a + b,", ")"])
-    assert _same_statement("del a, b", ["del (", "    a,", "    b,", ")"])
+    assert not same_statement(line, ["f = (", "    lambda a,", "    b: a + b,", ")"])
+    assert same_statement("del a, b", ["del (", "    a,", "    b,", ")"])
     header = "    def forward(x, y):  # c"
-    assert _same_statement(header, ["    def forward(", "        x, y", "    ):  # c"])
-    assert not _same_statement(header, ["    def forward(", "        x", "    ):  # c"])
+    assert same_statement(header, ["    def forward(", "        x, y", "    ):  # c"])
+    assert not same_statement(header, ["    def forward(", "        x", "    ):  # c"])

@@ -37,6 +37,11 @@ TEST_EXTRA = "test"
 #: The codemod's extra (libcst, wheels for every Python of the matrix): its tests run everywhere.
 MIGRATE_EXTRA = "migrate"
 
+#: black, the oracle of the codemod's layout (tests/test_migrate_black.py): installed next to torch
+#: in each test session whose Python it supports, which also sets COMPATFN_EXPECT_BLACK.
+LAYOUT_ORACLE = "black==26.10.1"
+LAYOUT_ORACLE_PYTHON = (3, 10)
+
 #: Python and tools for the lint session (mypy checks src/ against the newest torch's types).
 LINT_PYTHON = "3.11"
 LINT_DEPS = (
@@ -53,6 +58,13 @@ LINT_DEPS = (
 def default(row: Row, legacy: bool = False) -> bool:
     """Whether a bare ``nox`` runs ``row``'s tests (or, with ``legacy``, its legacy twin)."""
     return row.key in (LEGACY_DEFAULT if legacy else DEFAULT)
+
+
+def layout_oracle(row: Row) -> Tuple[str, ...]:
+    """What to install for tests/test_migrate_black.py in ``row``'s session: black where the
+    row's Python runs it, else nothing (the tests skip, saying so)."""
+    python = tuple(int(part) for part in row.python.split("."))
+    return (LAYOUT_ORACLE,) if python >= LAYOUT_ORACLE_PYTHON else ()
 
 
 def _expected(row: Row) -> Dict[str, str]:

@@ -1,8 +1,8 @@
-"""Keep the lines the codemod writes within the file's line length, wrapped as black wraps them.
+"""Keep the lines the codemod writes within the file's line length, laid out as black lays them out.
 
 The line length is the one the project's formatter or linter is set to, read from the nearest
-configuration above the file (:func:`line_length_for`); lines the codemod did not write are
-never touched (:func:`wrap_new_lines`).
+configuration above the file (:func:`line_length_for`); statements the codemod did not write or
+change are never touched (:func:`wrap_new_lines`).
 
 Example::
 
@@ -17,8 +17,9 @@ import io
 import re
 import tokenize
 from pathlib import Path
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+from ._join import relayout
 from ._leaves import width
 from ._wrap import NO_STAR_COMMAS, StarCommas, wrap
 
@@ -154,50 +155,82 @@ def _ini_has(path: Path, section: str) -> bool:
     return parser is not None and parser.has_section(section)
 
 
-def _one_line_statements(source: str) -> Set[int]:
-    """0-based numbers of the lines that hold one whole logical line of ``source``."""
-    found: Set[int] = set()
+def _statements(source: str) -> List[Tuple[int, int]]:
+    """The first and last line (0-based) of each logical line of ``source``."""
+    found: List[Tuple[int, int]] = []
     start: Optional[int] = None
     try:
         for token in tokenize.generate_tokens(io.StringIO(source).readline):
             if token.type in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
                 continue
             if token.type == tokenize.NEWLINE:
-                if start is not None and token.start[0] == start:
-                    found.add(start - 1)
+                if start is not None:
+                    found.append((start - 1, token.start[0] - 1))
                 start = None
-            elif start is None:
+            elif start is None and token.type != tokenize.ENDMARKER:
                 start = token.start[0]
     except (tokenize.TokenError, IndentationError, SyntaxError):
-        return set()
+        return []
     return found
 
 
 def wrap_new_lines(old: str, new: str, limit: int, star_commas: StarCommas = NO_STAR_COMMAS) -> str:
-    """``new`` with each line that is not in ``old`` and is longer than ``limit`` wrapped as
-    black wraps it. A line as long in ``old`` (the author's own, moved) is left as it is.
-    ``star_commas``: where a comma follows ``*args`` (:func:`._targets.star_commas`)."""
+    """``new`` with each statement migrate wrote or changed laid out as black lays it out within
+    ``limit``: a line longer than ``limit`` wrapped, a statement over several lines joined where
+    it fits and split again where it does not (:func:`._join.relayout`). Left as they are: a line
+    as long in ``old``, and a statement of several lines that was not in black's layout in
+    ``old`` (changed, or moved unchanged): the author's own style. ``star_commas``: where a comma
+    follows ``*args`` (:func:`._targets.star_commas`)."""
     old_lines, new_lines = LINE.findall(old), LINE.findall(new)
     long_before = {line.strip() for line in old_lines if width(line.rstrip("\r\n")) > limit}
-    whole = _one_line_statements(new)
-    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
-    written = [
-        n
-        for tag, _, _, start, end in matcher.get_opcodes()
-        if tag in ("insert", "replace")
-        for n in range(start, end)
+    authors = [
+        (first, last)
+        for first, last in _statements(old)
+        if first < last and relayout(_texts(old_lines, first, last), limit, star_commas)
     ]
-    for n in reversed(written):
-        line = new_lines[n]
-        text = line.rstrip("\r\n")
-        if width(text) <= limit or n not in whole or line.strip() in long_before:
+    authors_lines = {n for first, last in authors for n in range(first, last + 1)}
+    authors_texts = {tuple(line.strip() for line in old_lines[a : b + 1]) for a, b in authors}
+    opcodes = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False).get_opcodes()
+    for first, last in reversed(_statements(new)):
+        aligned = _aligned(opcodes, first, last)
+        if aligned is None:
+            continue  # not changed
+        texts = _texts(new_lines, first, last)
+        if first < last:
+            stripped = tuple(text.strip() for text in texts)
+            if stripped in authors_texts or aligned & authors_lines:
+                continue
+            laid = relayout(texts, limit, star_commas)
+        elif width(texts[0]) <= limit or texts[0].strip() in long_before:
             continue
-        wrapped = wrap(text, limit, star_commas)
-        if wrapped:
-            ending = line[len(text) :]
+        else:
+            laid = wrap(texts[0], limit, star_commas)
+        if laid:
+            ending = new_lines[last][len(texts[-1]) :]
             between = ending or ("\r\n" if new.count("\r\n") else "\n")
-            new_lines[n : n + 1] = [
-                *(part + between for part in wrapped[:-1]),
-                wrapped[-1] + ending,
+            new_lines[first : last + 1] = [
+                *(part + between for part in laid[:-1]),
+                laid[-1] + ending,
             ]
     return "".join(new_lines)
+
+
+def _texts(lines: List[str], first: int, last: int) -> List[str]:
+    return [line.rstrip("\r\n") for line in lines[first : last + 1]]
+
+
+def _aligned(
+    opcodes: Sequence[Tuple[str, int, int, int, int]], first: int, last: int
+) -> Optional[Set[int]]:
+    """The lines of the old source that lines ``first`` to ``last`` of the new one come from
+    (difflib's pairing), or None where all of them are unchanged."""
+    changed = False
+    aligned: Set[int] = set()
+    for tag, i1, i2, j1, j2 in opcodes:
+        if tag == "equal":
+            low, high = max(j1, first), min(j2, last + 1)
+            aligned.update(range(i1 + low - j1, i1 + high - j1))
+        elif (j1 <= last and j2 > first) or (j1 == j2 and first < j1 <= last):
+            changed = True
+            aligned.update(range(i1, i2))
+    return aligned if changed else None

@@ -273,6 +273,20 @@ def parse(text: str) -> Optional[List[Leaf]]:
     return leaves if leaves and not stack else None
 
 
+def magic_comma(leaves: Sequence[Leaf]) -> bool:
+    """Whether a bracket pair within ``leaves`` ends its contents with a comma black keeps one
+    item a line for (a "magic trailing comma"): any but a 1-tuple's or a one-item subscript's."""
+    for n, closing in enumerate(leaves):
+        opening = closing.partner
+        if not (n and closing.text in CLOSING and leaves[n - 1].text == "," and opening in leaves):
+            continue
+        start = leaves.index(opening)  # type: ignore[arg-type]
+        single = sum(1 for m in _outer_commas(leaves[start + 1 : n])) == 1
+        if closing.text == "}" or not single or (closing.text == "]") == opening.atom:  # type: ignore[union-attr]
+            return True
+    return False
+
+
 def _outer_commas(leaves: Sequence[Leaf]) -> Iterator[int]:
     depth = 0
     for n, leaf in enumerate(leaves):
@@ -282,9 +296,25 @@ def _outer_commas(leaves: Sequence[Leaf]) -> Iterator[int]:
             yield n
 
 
+def _redundant(content: Sequence[Leaf]) -> bool:
+    """Whether parentheses around ``content`` (a value, target or condition) are redundant, as
+    black's ``maybe_make_parens_invisible_in_atom`` judges: not around nothing, a tuple, a yield,
+    a starred item, an assignment expression or a generator."""
+    if not content or content[0].text in ("yield", "*", "**"):
+        return False
+    depth = 0
+    for leaf in content:
+        depth += leaf.text in OPENING
+        depth -= leaf.text in CLOSING
+        if depth == 0 and leaf.text in (",", ":=", "for"):
+            return False
+    return True
+
+
 def with_optional_parens(leaves: List[Leaf]) -> List[Leaf]:
     """``leaves`` with invisible parentheses around a return value, an assignment's target and
-    value, and the condition of an if (black's optional parentheses)."""
+    value, and the condition of an if (black's optional parentheses); redundant parentheses the
+    source has there become such parentheses."""
     first = leaves[0].text
     spans = []
     if first == "assert":  # the condition and the message, each on its own (black)
@@ -311,7 +341,11 @@ def with_optional_parens(leaves: List[Leaf]) -> List[Leaf]:
                 spans.append((0, equals[0]))
     for start, end in sorted(spans, reverse=True):
         inner = leaves[start:end]
-        if not inner or (inner[0].text == "(" and inner[0].partner is inner[-1]):
+        if not inner:
+            continue
+        if inner[0].text == "(" and inner[0].partner is inner[-1]:
+            if _redundant(inner[1:-1]):  # black makes them optional parentheses
+                inner[0].invisible = inner[-1].invisible = True
             continue
         opening = Leaf("(", inner[0].prefix, invisible=True, atom=True)
         closing = Leaf(")", invisible=True, partner=opening)

@@ -31,6 +31,7 @@ from ._leaves import (
     copy_line,
     delimiters,
     has_star,
+    magic_comma,
     parse,
     width,
     with_optional_parens,
@@ -75,7 +76,7 @@ class Wrapper:
 
     def lines(self, line: Line) -> List[Line]:
         """``line`` split until each part fits (or cannot be split further)."""
-        if self.fits(line) and not line.explode:
+        if self.fits(line) and not line.explode and not magic_comma(line.leaves):
             return [line]
         if line.is_def and not line.inside_brackets:
             transforms = [self.left_split]
@@ -223,7 +224,8 @@ class Wrapper:
             body.leaves = [*inner, Leaf(",")]
         found = delimiters(body.leaves)
         found.pop(len(body.leaves) - 1, None)
-        if found and max(found.values()) == COMMA and (opening.atom or opening.invisible):
+        exploded = opening.atom or opening.invisible or (inner and inner[-1].text == ",")
+        if found and max(found.values()) == COMMA and exploded:
             body.explode = True
         tail = Line(leaves[end:], line.indent, line.inside_brackets, line.is_def)
         return [head, body, tail]
@@ -327,6 +329,19 @@ def wrap(line: str, limit: int, star_commas: StarCommas = NO_STAR_COMMAS) -> Opt
     ``star_commas``: where a comma follows ``*args`` too (the Pythons the file targets)."""
     if width(line) <= limit:
         return None
+    prepared = prepare(line)
+    if prepared is None:
+        return None
+    result = Wrapper(limit, star_commas).lines(prepared)
+    rendered = [part.render().rstrip() for part in result]
+    if len(rendered) < 2 or not same_statement(line, rendered):
+        return None
+    return rendered
+
+
+def prepare(line: str) -> Optional[Line]:
+    """``line`` as the :class:`Line` black would lay out: its leaves, with the optional
+    parentheses; None for a line black leaves whole (see :func:`parse`) or splits otherwise."""
     stripped = line.lstrip(" \t")
     indent = line[: len(line) - len(stripped)]
     leaves = parse(stripped)
@@ -343,18 +358,14 @@ def wrap(line: str, limit: int, star_commas: StarCommas = NO_STAR_COMMAS) -> Opt
         leaves = with_optional_parens(leaves)
     if any(leaf.text == ";" for leaf in leaves):
         return None  # black would make statements of it
-    result = Wrapper(limit, star_commas).lines(Line(leaves, indent, is_def=is_def))
-    rendered = [part.render().rstrip() for part in result]
-    if len(rendered) < 2 or not _same_statement(line, rendered):
-        return None
-    return rendered
+    return Line(leaves, indent, is_def=is_def)
 
 
 #: Ways to make one statement (or header) a module for :func:`ast.parse`, inside an async def.
 _FRAMES = ("{}", "{}\n    pass", "{}\ndef _():\n    pass", "if 0:\n    pass\n{}\n    pass")
 
 
-def _same_statement(line: str, wrapped: List[str]) -> bool:
+def same_statement(line: str, wrapped: List[str]) -> bool:
     """Whether ``wrapped`` is the statement ``line`` is: a layout that would change the code (a
     bug in a split) is never written."""
     for frame in _FRAMES:
