@@ -110,6 +110,26 @@ BLACK = [
             "        )",
         ],
     ),
+    # a target with a magic trailing comma: black passes over the trailers first
+    (
+        [
+            "        (",
+            "            start,",
+            "            stop,",
+            "            step,",
+            "        ) = idx.indices(",
+            "            size[i]",
+            "        )",
+        ],
+        61,
+        [
+            "        (",
+            "            start,",
+            "            stop,",
+            "            step,",
+            "        ) = idx.indices(size[i])",
+        ],
+    ),
     # black's right split: the last pair holds too little, so the pair before it is split
     (
         [
@@ -126,13 +146,45 @@ BLACK = [
     ),
 ]
 
+#: Comments inside a statement that fits on one line go to its end, in their order.
+COMMENTS = [
+    (["        x = f(  # why", "            a", "        )"], ["        x = f(a)  # why"]),
+    (["        x = f(a,  # c1", "              b)"], ["        x = f(a, b)  # c1"]),
+    (
+        ["        x = (", "            1  # one", "        )  # two"],
+        ["        x = 1  # one  # two"],
+    ),
+    (
+        ["        abstol: float = (", "            1.0e-8  # Absolute", "        )"],
+        ["        abstol: float = 1.0e-8  # Absolute"],
+    ),
+]
+
+#: (a value in parentheses over three lines, black's one line of it): black drops redundant
+#: parentheses and keeps the others
+PARENTHESES = [
+    ("x = (yield a)", "x = yield a"),
+    ("return (yield a)", "return (yield a)"),
+    ("x = (lambda a, b: a)", "x = lambda a, b: a"),
+    ("return (lambda a, b: a)", "return lambda a, b: a"),
+    ("x = (await a)", "x = await a"),
+    ("x = (a := 1)", "x = (a := 1)"),
+    ("x = (not a)", "x = not a"),
+    ('x = ("a" "b")', 'x = "a" "b"'),
+    ("x = ((a))", "x = a"),
+    ("x = (a for a in b)", "x = (a for a in b)"),
+    ("x = (*a,)", "x = (*a,)"),
+    ("x = (a if b else c)", "x = a if b else c"),
+    ("return (a.b)", "return a.b"),
+]
+
 #: Statements black keeps as they are.
 KEPT = [
     # a magic trailing comma
     (["        y = f(", "            a,", "            b,", "        )"], 60),
     (["        x = f(", "            a,", "        )"], 60),
-    (["        x = f(  # why", "            a", "        )"], 60),  # a comment inside
-    (["        x = f(", "            a  # why", "        )"], 60),
+    # a comment on a line of its own
+    (["        x = f(", "            # why", "            a", "        )"], 60),
 ]
 
 
@@ -141,6 +193,20 @@ def test_a_changed_statement_is_laid_out_as_black_lays_it_out(
     lines: List[str], limit: int, expected: List[str]
 ):
     assert relayout(lines, limit) == expected
+
+
+@pytest.mark.parametrize("lines, expected", COMMENTS)
+def test_comments_inside_go_to_the_end_of_the_joined_line(lines: List[str], expected: List[str]):
+    assert relayout(lines, 60) == expected
+    assert relayout(lines, 20) is None  # split again, black puts each by its own leaf: left
+
+
+@pytest.mark.parametrize("one_line, expected", PARENTHESES)
+def test_redundant_parentheses_are_dropped_as_black_drops_them(one_line: str, expected: str):
+    head, value = one_line.split(" ", 1) if one_line.startswith("return") else one_line.split(" = ")
+    joint = " " if one_line.startswith("return") else " = "
+    lines = [f"    {head}{joint}(", f"        {value[1:-1]}", "    )"]
+    assert (relayout(lines, 40) or lines) == [f"    {expected}"]
 
 
 @pytest.mark.parametrize("lines, limit", KEPT)

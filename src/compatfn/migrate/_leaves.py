@@ -276,15 +276,71 @@ def parse(text: str) -> Optional[List[Leaf]]:
 def magic_comma(leaves: Sequence[Leaf]) -> bool:
     """Whether a bracket pair within ``leaves`` ends its contents with a comma black keeps one
     item a line for (a "magic trailing comma"): any but a 1-tuple's or a one-item subscript's."""
-    for n, closing in enumerate(leaves):
-        opening = closing.partner
-        if not (n and closing.text in CLOSING and leaves[n - 1].text == "," and opening in leaves):
-            continue
-        start = leaves.index(opening)  # type: ignore[arg-type]
-        single = sum(1 for m in _outer_commas(leaves[start + 1 : n])) == 1
-        if closing.text == "}" or not single or (closing.text == "]") == opening.atom:  # type: ignore[union-attr]
-            return True
-    return False
+    return any(_trailing_comma(leaves, n, subscripts=False) for n in range(1, len(leaves)))
+
+
+def _trailing_comma(leaves: Sequence[Leaf], n: int, subscripts: bool) -> bool:
+    """Whether the closing bracket ``leaves[n]`` follows a comma that is not a 1-tuple's (nor,
+    unless ``subscripts``, a one-item subscript's)."""
+    closing, opening = leaves[n], leaves[n].partner
+    if not (closing.text in CLOSING and leaves[n - 1].text == "," and opening in leaves):
+        return False
+    start = leaves.index(opening)  # type: ignore[arg-type]
+    single = sum(1 for _ in _outer_commas(leaves[start + 1 : n])) == 1
+    atom = opening.atom  # type: ignore[union-attr]
+    if closing.text == ")":
+        return not (single and atom)
+    return closing.text == "}" or not single or atom or subscripts
+
+
+def never_omitted(leaves: Sequence[Leaf], n: int) -> bool:
+    """Whether black's right split never passes over the bracket pair closed at ``leaves[n]``:
+    one with a trailing comma, but for a 1-tuple (``generate_trailers_to_omit``)."""
+    return n > 0 and _trailing_comma(leaves, n, subscripts=True)
+
+
+def _outer(leaves: Sequence[Leaf], text: str) -> Optional[int]:
+    """The index of the first ``text`` outside brackets in ``leaves``, or None."""
+    depth = 0
+    for n, leaf in enumerate(leaves):
+        depth += leaf.text in OPENING
+        depth -= leaf.text in CLOSING
+        if depth == 0 and leaf.text == text:
+            return n
+    return None
+
+
+def annotation_parens(leaves: List[Leaf]) -> None:
+    """Make redundant parentheses around a ``def``'s parameter and return annotations
+    invisible, as black does (they are optional parentheses there)."""
+    opening = next((leaf for leaf in leaves if leaf.text == "("), None)
+    if opening is None or opening.partner not in leaves:
+        return
+    start, end = leaves.index(opening), leaves.index(opening.partner)  # type: ignore[arg-type]
+    depth, lambdas = 0, 0
+    for n in range(start + 1, end):
+        leaf = leaves[n]
+        depth += leaf.text in OPENING
+        depth -= leaf.text in CLOSING
+        if depth == 0 and leaf.text == "lambda":
+            lambdas += 1
+        elif depth == 0 and leaf.text == ":" and lambdas:
+            lambdas -= 1  # a lambda's own colon
+        elif depth == 0 and leaf.text == ":":
+            _invisible_if_redundant(leaves, n + 1, (",", "=", ")"))
+    arrow = next((n for n in range(end, len(leaves)) if leaves[n].text == "->"), None)
+    if arrow is not None:
+        _invisible_if_redundant(leaves, arrow + 1, (":",))
+
+
+def _invisible_if_redundant(leaves: List[Leaf], n: int, followers: Tuple[str, ...]) -> None:
+    opening = leaves[n] if n < len(leaves) else None
+    if opening is None or opening.text != "(" or opening.partner not in leaves:
+        return
+    end = leaves.index(opening.partner)  # type: ignore[arg-type]
+    followed = end + 1 < len(leaves) and leaves[end + 1].text in followers
+    if followed and _redundant(leaves[n + 1 : end], False):
+        opening.invisible = leaves[end].invisible = True
 
 
 def _outer_commas(leaves: Sequence[Leaf]) -> Iterator[int]:
@@ -296,17 +352,20 @@ def _outer_commas(leaves: Sequence[Leaf]) -> Iterator[int]:
             yield n
 
 
-def _redundant(content: Sequence[Leaf]) -> bool:
-    """Whether parentheses around ``content`` (a value, target or condition) are redundant, as
-    black's ``maybe_make_parens_invisible_in_atom`` judges: not around nothing, a tuple, a yield,
-    a starred item, an assignment expression or a generator."""
-    if not content or content[0].text in ("yield", "*", "**"):
+def _redundant(content: Sequence[Leaf], value: bool) -> bool:
+    """Whether parentheses around ``content`` (a value, target or condition; ``value``: an
+    assignment's value) are redundant, as black's ``normalize_invisible_parens`` judges: not
+    around nothing, a tuple, a generator, a starred item, an assignment expression, or a yield
+    but for an assignment's value."""
+    if not content or content[0].text in ("*", "**") or (content[0].text == "yield" and not value):
+        return False
+    if {COMMA, PRIORITIES["for"]} & set(delimiters(content).values()):
         return False
     depth = 0
     for leaf in content:
         depth += leaf.text in OPENING
         depth -= leaf.text in CLOSING
-        if depth == 0 and leaf.text in (",", ":=", "for"):
+        if depth == 0 and leaf.text == ":=":
             return False
     return True
 
@@ -317,6 +376,7 @@ def with_optional_parens(leaves: List[Leaf]) -> List[Leaf]:
     source has there become such parentheses."""
     first = leaves[0].text
     spans = []
+    value = -1  # where an assignment's value starts
     if first == "assert":  # the condition and the message, each on its own (black)
         comma = next(_outer_commas(leaves), len(leaves))
         spans.extend([(1, comma), (comma + 1, len(leaves))])
@@ -334,18 +394,24 @@ def with_optional_parens(leaves: List[Leaf]) -> List[Leaf]:
                 equals.append(n)
         if len(equals) == 1:
             spans.append((equals[0] + 1, len(leaves)))
+            value = equals[0] + 1 if leaves[equals[0]].text == "=" else -1
             target = leaves[: equals[0]]
-            if leaves[equals[0]].text == "=" and any(
-                leaf.text == "," for leaf in target if leaf.partner is None
-            ):
-                spans.append((0, equals[0]))
+            colon = _outer(target, ":")
+            if colon is not None:  # an annotation: black's optional parentheses too
+                spans.append((colon + 1, equals[0]))
+            elif leaves[equals[0]].text == "=" and _outer(target, ",") is not None:
+                spans.append((0, equals[0]))  # a tuple target
     for start, end in sorted(spans, reverse=True):
         inner = leaves[start:end]
         if not inner:
             continue
         if inner[0].text == "(" and inner[0].partner is inner[-1]:
-            if _redundant(inner[1:-1]):  # black makes them optional parentheses
+            # black makes them optional parentheses (and those inside them, where redundant)
+            while len(inner) > 2 and inner[0].partner is inner[-1] and inner[0].text == "(":
+                if not _redundant(inner[1:-1], start == value):
+                    break
                 inner[0].invisible = inner[-1].invisible = True
+                inner = inner[1:-1]
             continue
         opening = Leaf("(", inner[0].prefix, invisible=True, atom=True)
         closing = Leaf(")", invisible=True, partner=opening)

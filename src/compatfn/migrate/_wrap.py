@@ -28,10 +28,12 @@ from ._leaves import (
     WRAPPED_AFTER,
     Leaf,
     Line,
+    annotation_parens,
     copy_line,
     delimiters,
     has_star,
     magic_comma,
+    never_omitted,
     parse,
     width,
     with_optional_parens,
@@ -279,6 +281,8 @@ class Wrapper:
             return True
         if len(split.head.render()) > self.limit - 1:
             return True
+        if magic_comma(split.head.leaves):  # the target is split one item a line anyway
+            return True
         for leaf in reversed(other.head.leaves):
             if leaf.text == "=":
                 break
@@ -291,7 +295,8 @@ def _trailers_to_omit(line: Line, limit: int) -> Iterator[List[int]]:
     """Growing lists of the indices of closing brackets a right split may pass over: the
     trailers at the end of the line that fit in ``limit`` with what follows them."""
     omit: List[int] = []
-    yield omit
+    if not magic_comma(line.leaves):  # else black starts past the trailers (its 26.10 rhs)
+        yield omit
     length = len(line.indent)
     opening: Optional[Leaf] = None
     closing: Optional[int] = None
@@ -306,7 +311,7 @@ def _trailers_to_omit(line: Line, limit: int) -> Iterator[List[int]]:
             if leaf is opening:
                 opening = None
             elif leaf.text in CLOSING:
-                if n and leaves[n - 1].text == ",":
+                if never_omitted(leaves, n):
                     break
                 inner.append(n)
         elif leaf.text in CLOSING:
@@ -317,7 +322,7 @@ def _trailers_to_omit(line: Line, limit: int) -> Iterator[List[int]]:
                 omit = [*omit, closing, *inner]
                 inner = []
                 yield omit
-            if n and leaves[n - 1].text == ",":
+            if never_omitted(leaves, n):
                 break
             if not leaf.invisible:
                 opening, closing = leaf.partner, n
@@ -356,6 +361,8 @@ def prepare(line: str) -> Optional[Line]:
         return None  # a body on the header's line, or a header black splits otherwise
     if not is_def and leaves[0].text != "@":
         leaves = with_optional_parens(leaves)
+    elif is_def:
+        annotation_parens(leaves)
     if any(leaf.text == ";" for leaf in leaves):
         return None  # black would make statements of it
     return Line(leaves, indent, is_def=is_def)
