@@ -59,11 +59,11 @@ left whole; a layout that would parse as other code is never written; a comma af
 where black puts one: in a `def` where black's target-version, else requires-python, or the
 file's own syntax says Python 3.6+, in a call where they say 3.5+); a statement of several
 lines that migrate changes is laid out again as black lays it out, on one line where it fits,
-where its lines were black's (a statement in your own style, or with a comment inside, keeps
-its lines); your own lines are left as they are; a second run changes nothing. Each rewrite
-is checked before it is written: the new class must compile and its methods read no name
-they do not bind on every path (where the original did); a class that fails the check is
-refused.
+where its lines were black's (its comments at the end; a statement in your own style, or with
+a comment on a line of its own, keeps its lines); your own lines are left as they are; a
+second run changes nothing. Each rewrite is checked before it is written: the new class must
+compile and its methods read no name they do not bind on every path (where the original did);
+a class that fails the check is refused.
 
 Refused (left untouched, reported as `path:line: Class: reason` on stderr, with the change that
 would let it through): ctx attributes forward does not set read back, or ctx passed to a
