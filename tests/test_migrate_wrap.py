@@ -355,10 +355,68 @@ def _layout(text: str) -> list:
     return textwrap.dedent(text).strip("\n").splitlines()
 
 
+#: Shapes of real code where the wrapper and black differed (black 26.10.1's layouts): ``**`` is
+#: a delimiter of its own priority, a magic trailing comma explodes its subscript, an annotated
+#: assignment splits at its value, a subscripted target is no tuple.
+REAL = [
+    (
+        "            emp_spect = torch.abs(torch.fft.fft(train_y_np)) ** 2 / N",
+        54,
+        """
+            emp_spect = (
+                torch.abs(torch.fft.fft(train_y_np))
+                ** 2
+                / N
+            )
+        """,
+    ),
+    (
+        "        lengthscale = torch.randn(*batch_size).view(*batch_size, 1, 1) ** 2",
+        60,
+        """
+        lengthscale = (
+            torch.randn(*batch_size).view(*batch_size, 1, 1)
+            ** 2
+        )
+        """,
+    ),
+    (
+        "        results: List[Tuple[Tensor, Tensor, Tensor,]] = []",
+        45,
+        """
+        results: List[
+            Tuple[
+                Tensor,
+                Tensor,
+                Tensor,
+            ]
+        ] = []
+        """,
+    ),
+    (
+        "        self.max_plate_nesting: Optional[int] = max_plate_nesting_default",
+        50,
+        """
+        self.max_plate_nesting: Optional[int] = (
+            max_plate_nesting_default
+        )
+        """,
+    ),
+    (
+        "        x[first_index, second_index] = compute(first_argument)",
+        50,
+        """
+        x[first_index, second_index] = compute(
+            first_argument
+        )
+        """,
+    ),
+]
+WRAPPED = BLACK + COMMENTED + SAME_CODE + LONG_HEAD + TRAILERS + REAL
+
+
 @pytest.mark.parametrize(
-    "line, limit, expected",
-    BLACK + COMMENTED + SAME_CODE + LONG_HEAD + TRAILERS,
-    ids=[f"{c[1]}-{c[0][:40]}" for c in BLACK + COMMENTED + SAME_CODE + LONG_HEAD + TRAILERS],
+    "line, limit, expected", WRAPPED, ids=[f"{c[1]}-{c[0][:40]}" for c in WRAPPED]
 )
 def test_wraps_as_black_does(line, limit, expected):
     indent = len(line) - len(line.lstrip())

@@ -47,7 +47,7 @@ PRIORITIES = {
     "//": 4,
     "%": 4,
     "@": 4,
-    "**": 1,
+    "**": 2,
 }
 #: black's type comments: one ignoring errors keeps its line whole; any stays where it was written.
 TYPE_COMMENT = re.compile(r"#\s*type:")
