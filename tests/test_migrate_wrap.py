@@ -357,8 +357,21 @@ def _layout(text: str) -> list:
 
 #: Shapes of real code where the wrapper and black differed (black 26.10.1's layouts): ``**`` is
 #: a delimiter of its own priority, a magic trailing comma explodes its subscript, an annotated
-#: assignment splits at its value, a subscripted target is no tuple.
+#: assignment splits at its value, a subscripted target is no tuple, a conditional expression in
+#: another's else branch is not split.
 REAL = [
+    (
+        '        algo_col = "algo" if "algo" in df.columns else "algorithm"'
+        ' if "algorithm" in df.columns else None',
+        80,
+        """
+        algo_col = (
+            "algo"
+            if "algo" in df.columns
+            else "algorithm" if "algorithm" in df.columns else None
+        )
+        """,
+    ),
     (
         "            emp_spect = torch.abs(torch.fft.fft(train_y_np)) ** 2 / N",
         54,

@@ -176,7 +176,7 @@ def delimiters(leaves: Sequence[Leaf]) -> Dict[int, int]:
     """index -> priority of a split *after* that leaf, at the outer bracket level."""
     found: Dict[int, int] = {}
     depth = 0
-    comprehension = False
+    comprehension = nested_ternary = False
     # black's BracketTracker: a lambda's parameters (to its ``:``) and a for's targets (to its
     # ``in``) are one level deeper, so their commas are no delimiters
     scopes: List[Tuple[str, int]] = []
@@ -189,6 +189,11 @@ def delimiters(leaves: Sequence[Leaf]) -> Dict[int, int]:
         comprehension = comprehension or (depth == 0 and leaf.text == "for")
         if depth == 0 and n:
             priority = _priority(leaves, n, comprehension)
+            if priority == PRIORITIES["else"]:
+                # black wraps each conditional expression in invisible parentheses: one in the
+                # else branch of another is a level deeper, its if and else no delimiters here
+                priority = 0 if nested_ternary else priority
+                nested_ternary = nested_ternary or leaf.text == "else"
             if priority:
                 found[n - 1] = max(found.get(n - 1, 0), priority)
             if leaf.text == ",":
