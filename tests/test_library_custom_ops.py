@@ -189,9 +189,15 @@ def test_calls_bind_like_the_function(tier):
         RuntimeError, match=rf"Unknown keyword argument 'bogus' for operator '{affine._qualname}'"
     ):
         affine(x, w, bogus=1.0)
-    # Python binds the parameters: one given twice is Python's error, naming the op.
-    with pytest.raises(TypeError, match=r"^affine\(\) got multiple values for argument 'x'"):
+    # A parameter given by position and by keyword: the dispatcher's error, not Python's.
+    with pytest.raises(
+        RuntimeError, match=r"^Argument 'x' specified both as positional and keyword argument"
+    ):
         affine(x, w, x=x)
+    with pytest.raises(RuntimeError, match=r"^Argument 'w' specified both as positional and"):
+        affine(x, w, w=w)
+    with pytest.raises(RuntimeError, match=r"expected at most 3 argument\(s\) but received 4"):
+        affine(x, w, 2.0, scale=2.0)
 
 
 @pytest.mark.parametrize("tier", TIERS)

@@ -226,6 +226,39 @@ def given_arguments(
     return positional, keywords
 
 
+def positional_parameters(
+    names: Sequence[str], globals_: Dict[str, Any]
+) -> Tuple[List[str], List[str]]:
+    """The header parameters of a generated call that take ``names`` by position only, and the
+    body's first lines giving them their names: fresh names that no keyword binds, so that every
+    keyword lands in ``**kwargs`` for ``keyword_lines``. (A ``/`` would do the same in Python,
+    but dynamo binds an inlined call by rules of its own and refuses a positional-only
+    parameter's name among its keywords: torch 2.7, measured.)"""
+    header, lines = [], []
+    for i, name in enumerate(names):
+        globals_[f"by_position_{i}"] = None  # a placeholder: renamed apart from every name
+        header.append(f"$by_position_{i}")
+        lines.append(f"{name} = $by_position_{i}")
+    return header, lines
+
+
+def keyword_lines(names: Sequence[str], wrong: str) -> List[str]:
+    """Lines of a generated call binding its keyword arguments to the parameters ``names``,
+    taken by position only (``positional_parameters``; each ``MISSING`` when not given), as
+    Python binds them, except that a parameter given both by position and by keyword runs
+    ``wrong`` (the dispatcher's error, not Python's ``TypeError``). Needs ``$Missing``
+    (``type(MISSING)``) in the call's globals."""
+    lines = ["if $kwargs:"]
+    for name in names:
+        lines += [
+            f"    if {name!r} in $kwargs:",
+            f"        if {name}.__class__ is not $Missing:",
+            f"            {wrong}",
+            f"        {name} = $kwargs.pop({name!r})",
+        ]
+    return lines
+
+
 def wrong_call(
     op: CustomOp, values: tuple, keyword_only: Dict[str, Any], args: tuple, kwargs: Dict[str, Any]
 ) -> Any:
@@ -264,7 +297,13 @@ def _dispatcher_error(
             return RuntimeError(
                 f"{name}() is missing value for argument '{parameter}'. Declaration: {declaration}"
             )
-    unknown = next(iter(kwargs), None)
+    unknown = next((k for k in kwargs if k not in given), None)
+    if unknown is None:  # given by position too
+        twice = next(k for k in given if k in kwargs)
+        return RuntimeError(
+            f"Argument '{twice}' specified both as positional and keyword argument. "
+            f"Schema: {declaration}"
+        )
     return RuntimeError(
         f"Unknown keyword argument '{unknown}' for operator '{name}'. Schema: {declaration}"
     )

@@ -10,7 +10,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 
 from compatfn.core import _dynamo_tracing, _transforms_active
-from compatfn.library._convert import MISSING, given_arguments
+from compatfn.library._convert import (
+    MISSING,
+    given_arguments,
+    keyword_lines,
+    positional_parameters,
+)
 from compatfn.library._facts import (
     AUTOGRAD_KERNEL_ALWAYS_APPLIES,
     C_APPLY,
@@ -64,12 +69,14 @@ __all__ = ["generated_call"]
 # trailing arguments equal to their defaults, and backward's ``ctx.needs_input_grad`` shows it);
 # else the kernel alone below autograd (See NOTE: [where torch's Autograd kernel runs]), or the
 # kernel alone where torch's Autograd kernel does not run (inference mode, below autograd,
-# inference tensors). Trailing arguments equal to their defaults reach the kernel as its
-# defaults, as the dispatcher passes them. torch's aliasing rule: a single output sharing no
-# storage with any input passes at once; anything else is checked in full, and an output that
-# breaks the rule, or is not what the schema returns, is handed to the dispatcher without running
-# the kernel again (See NOTE: [replaying an output]), so that torch converts it or raises its own
-# error. Every registration method that changes what the short path runs
+# inference tensors). Trailing arguments equal to their defaults reach the kernel as its defaults,
+# as the dispatcher passes them. The call takes its parameters by position only and binds keywords
+# in its body (``positional_parameters``, ``keyword_lines``), so that a parameter given both by
+# position and by keyword gets the dispatcher's error, not Python's. torch's aliasing rule: a single
+# output sharing no storage with any input passes at once; anything else is checked in full, and an
+# output that breaks the rule, or is not what the schema returns, is handed to the dispatcher
+# without running the kernel again (See NOTE: [replaying an output]), so that torch converts it or
+# raises its own error. Every registration method that changes what the short path runs
 # (register_kernel, register_autograd, register_autocast) regenerates the call; a kernel or autocast
 # rule registered under the operator's name without the op object (``torch.library.impl``,
 # ``Library.impl``) is not seen by it.
@@ -340,18 +347,22 @@ def generated_call(opdef: Any) -> Callable:
         "kwargs": None,
     }
     # Every parameter defaults to MISSING: what the caller left out stays out of a dispatcher call.
-    header = [*(f"{p.name}=$MISSING" for p in params), "*$args", "**$kwargs"]
+    # Taken by position only: a parameter given twice gets the dispatcher's error, not Python's.
     names = [n for n, _ in kinds]
+    by_position, naming = positional_parameters(names, g)
+    header = [*(f"{p}=$MISSING" for p in by_position), "*$args", "**$kwargs"]
     values = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
+    g["Missing"] = type(MISSING)
+    dispatch = f"return $dispatch($state, {values}, $names, $args, $kwargs)"
     # The short path fills the function's defaults in.
     body: List[str] = []
     for i, p in enumerate(params):
         if p.default is not p.empty:
             g[f"default{i}"] = p.default
             body += [f"if {p.name} is $MISSING:", f"    {p.name} = $default{i}"]
-    body = _short_path_lines(opdef, kinds, g, body)
+    body = [*naming, *keyword_lines(names, dispatch), *_short_path_lines(opdef, kinds, g, body)]
     g["names"] = tuple(names)
-    body.append(f"return $dispatch($state, {values}, $names, $args, $kwargs)")
+    body.append(dispatch)
     source = f"def $function({', '.join(header)}):\n" + "".join(f"    {b}\n" for b in body)
     call: Any = generated_function(source, g, set(names), f"<call of custom op {opdef._qualname}>")
     name = (
