@@ -183,13 +183,7 @@ def wrap_new_lines(old: str, new: str, limit: int, star_commas: StarCommas = NO_
     follows ``*args`` (:func:`._targets.star_commas`)."""
     old_lines, new_lines = LINE.findall(old), LINE.findall(new)
     long_before = {line.strip() for line in old_lines if width(line.rstrip("\r\n")) > limit}
-    authors = [
-        (first, last)
-        for first, last in _statements(old)
-        if first < last and relayout(_texts(old_lines, first, last), limit, star_commas)
-    ]
-    authors_lines = {n for first, last in authors for n in range(first, last + 1)}
-    authors_texts = {tuple(line.strip() for line in old_lines[a : b + 1]) for a, b in authors}
+    authors: Optional[Tuple[Set[int], Set[Tuple[str, ...]]]] = None  # read when first needed
     opcodes = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False).get_opcodes()
     for first, last in reversed(_statements(new)):
         aligned = _aligned(opcodes, first, last)
@@ -197,8 +191,10 @@ def wrap_new_lines(old: str, new: str, limit: int, star_commas: StarCommas = NO_
             continue  # not changed
         texts = _texts(new_lines, first, last)
         if first < last:
+            if authors is None:
+                authors = _authors_statements(old, old_lines, limit, star_commas)
             stripped = tuple(text.strip() for text in texts)
-            if stripped in authors_texts or aligned & authors_lines:
+            if stripped in authors[1] or aligned & authors[0]:
                 continue
             laid = relayout(texts, limit, star_commas)
         elif width(texts[0]) <= limit or texts[0].strip() in long_before:
@@ -213,6 +209,21 @@ def wrap_new_lines(old: str, new: str, limit: int, star_commas: StarCommas = NO_
                 laid[-1] + ending,
             ]
     return "".join(new_lines)
+
+
+def _authors_statements(
+    old: str, old_lines: List[str], limit: int, star_commas: StarCommas
+) -> Tuple[Set[int], Set[Tuple[str, ...]]]:
+    """The lines, and the stripped texts, of the statements of several lines in ``old`` that are
+    not in black's layout (the author's own style: :func:`._join.relayout` would change them)."""
+    authors = [
+        (first, last)
+        for first, last in _statements(old)
+        if first < last and relayout(_texts(old_lines, first, last), limit, star_commas)
+    ]
+    lines = {n for first, last in authors for n in range(first, last + 1)}
+    texts = {tuple(line.strip() for line in old_lines[a : b + 1]) for a, b in authors}
+    return lines, texts
 
 
 def _texts(lines: List[str], first: int, last: int) -> List[str]:

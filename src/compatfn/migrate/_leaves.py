@@ -147,13 +147,7 @@ def copy_line(line: Line) -> Line:
 def has_star(leaves: Sequence[Leaf]) -> bool:
     """A ``*args`` or ``**kwargs`` at the outer level (black adds no comma after it unless it
     knows the file targets Python 3.6+)."""
-    depth = 0
-    for n, leaf in enumerate(leaves):
-        depth += leaf.text in OPENING
-        depth -= leaf.text in CLOSING
-        if depth == 0 and leaf.text in ("*", "**") and _unary(leaves, n):
-            return True
-    return False
+    return any(leaves[n].text in ("*", "**") and _unary(leaves, n) for n in _outer_leaves(leaves))
 
 
 def _unary(leaves: Sequence[Leaf], n: int) -> bool:
@@ -304,15 +298,19 @@ def never_omitted(leaves: Sequence[Leaf], n: int) -> bool:
     return n > 0 and _trailing_comma(leaves, n, subscripts=True)
 
 
-def _outer(leaves: Sequence[Leaf], text: str) -> Optional[int]:
-    """The index of the first ``text`` outside brackets in ``leaves``, or None."""
+def _outer_leaves(leaves: Sequence[Leaf]) -> Iterator[int]:
+    """The indices of the leaves outside brackets (a bracket pair's closing one included)."""
     depth = 0
     for n, leaf in enumerate(leaves):
         depth += leaf.text in OPENING
         depth -= leaf.text in CLOSING
-        if depth == 0 and leaf.text == text:
-            return n
-    return None
+        if depth == 0:
+            yield n
+
+
+def _outer(leaves: Sequence[Leaf], text: str) -> Optional[int]:
+    """The index of the first ``text`` outside brackets in ``leaves``, or None."""
+    return next((n for n in _outer_leaves(leaves) if leaves[n].text == text), None)
 
 
 def annotation_parens(leaves: List[Leaf]) -> None:
@@ -322,16 +320,15 @@ def annotation_parens(leaves: List[Leaf]) -> None:
     if opening is None or opening.partner not in leaves:
         return
     start, end = leaves.index(opening), leaves.index(opening.partner)  # type: ignore[arg-type]
-    depth, lambdas = 0, 0
-    for n in range(start + 1, end):
-        leaf = leaves[n]
-        depth += leaf.text in OPENING
-        depth -= leaf.text in CLOSING
-        if depth == 0 and leaf.text == "lambda":
+    lambdas = 0
+    for inside in _outer_leaves(leaves[start + 1 : end]):
+        n = start + 1 + inside
+        text = leaves[n].text
+        if text == "lambda":
             lambdas += 1
-        elif depth == 0 and leaf.text == ":" and lambdas:
+        elif text == ":" and lambdas:
             lambdas -= 1  # a lambda's own colon
-        elif depth == 0 and leaf.text == ":":
+        elif text == ":":
             _invisible_if_redundant(leaves, n + 1, (",", "=", ")"))
     arrow = next((n for n in range(end, len(leaves)) if leaves[n].text == "->"), None)
     if arrow is not None:
@@ -349,12 +346,7 @@ def _invisible_if_redundant(leaves: List[Leaf], n: int, followers: Tuple[str, ..
 
 
 def _outer_commas(leaves: Sequence[Leaf]) -> Iterator[int]:
-    depth = 0
-    for n, leaf in enumerate(leaves):
-        depth += leaf.text in OPENING
-        depth -= leaf.text in CLOSING
-        if depth == 0 and leaf.text == ",":
-            yield n
+    return (n for n in _outer_leaves(leaves) if leaves[n].text == ",")
 
 
 def _redundant(content: Sequence[Leaf], value: bool) -> bool:
@@ -366,13 +358,16 @@ def _redundant(content: Sequence[Leaf], value: bool) -> bool:
         return False
     if {COMMA, PRIORITIES["for"]} & set(delimiters(content).values()):
         return False
-    depth = 0
-    for leaf in content:
-        depth += leaf.text in OPENING
-        depth -= leaf.text in CLOSING
-        if depth == 0 and leaf.text == ":=":
-            return False
-    return True
+    return _outer(content, ":=") is None
+
+
+def _assigns(leaf: Leaf) -> bool:
+    """Whether ``leaf`` is an assignment operator (``=``, ``+=``, ..., ``:=``), no comparison."""
+    return (
+        leaf.kind == tokenize.OP
+        and leaf.text.endswith("=")
+        and leaf.text not in ("==", "!=", "<=", ">=")
+    )
 
 
 def with_optional_parens(leaves: List[Leaf]) -> List[Leaf]:
@@ -389,14 +384,7 @@ def with_optional_parens(leaves: List[Leaf]) -> List[Leaf]:
         end = len(leaves) - (leaves[-1].text == ":" and first != "return")
         spans.append((1, end))
     else:
-        depth = 0
-        equals = []
-        for n, leaf in enumerate(leaves):
-            depth += leaf.text in OPENING
-            depth -= leaf.text in CLOSING
-            assigns = leaf.kind == tokenize.OP and leaf.text.endswith("=")
-            if depth == 0 and assigns and leaf.text not in ("==", "!=", "<=", ">="):
-                equals.append(n)
+        equals = [n for n in _outer_leaves(leaves) if _assigns(leaves[n])]
         if len(equals) == 1:
             spans.append((equals[0] + 1, len(leaves)))
             value = equals[0] + 1 if leaves[equals[0]].text == "=" else -1
