@@ -242,13 +242,14 @@ def positional_parameters(
     return header, lines
 
 
-def keyword_lines(names: Sequence[str], wrong: str) -> List[str]:
+def keyword_lines(names: Sequence[str], wrong: str, copy: bool = False) -> List[str]:
     """Lines of a generated call binding its keyword arguments to the parameters ``names``,
     taken by position only (``positional_parameters``; each ``MISSING`` when not given), as
     Python binds them, except that a parameter given both by position and by keyword runs
     ``wrong`` (the dispatcher's error, not Python's ``TypeError``). Needs ``$Missing``
-    (``type(MISSING)``) in the call's globals."""
-    lines = ["if $kwargs:"]
+    (``type(MISSING)``) in the call's globals. ``copy``: bind from a copy of ``$kwargs``, which
+    keeps the keywords as written."""
+    lines = ["if $kwargs:", *(["    $kwargs = $kwargs.copy()"] if copy else [])]
     for name in names:
         lines += [
             f"    if {name!r} in $kwargs:",

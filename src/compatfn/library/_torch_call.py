@@ -12,7 +12,6 @@ import torch
 from compatfn.core import _dynamo_tracing, _transforms_active
 from compatfn.library._convert import (
     MISSING,
-    given_arguments,
     keyword_lines,
     positional_parameters,
 )
@@ -208,10 +207,10 @@ def _probes(opdef: Any, g: Dict[str, Any]) -> List[str]:
 
 
 def _short_path_lines(
-    opdef: Any, kinds: List[Tuple[str, Any]], g: Dict[str, Any], defaults: List[str]
+    opdef: Any, kinds: List[Tuple[str, Any]], g: Dict[str, Any], defaults: List[str], dispatch: str
 ) -> List[str]:
     """The short path (See NOTE: [the torch tier's call]): its test, the defaults filled in, and
-    its body."""
+    its body (``dispatch``: the line handing the call to the dispatcher)."""
     names = [n for n, _ in kinds]
     tensors = [n for n, kind in kinds if kind is None]
     test = [f"not ({' or '.join(_probes(opdef, g))})"]
@@ -250,7 +249,7 @@ def _short_path_lines(
     if scalars:
         body += [
             f"if {' or '.join(scalars)}:",
-            f"    return $dispatch($state, {inputs}, $names, (), {{}})",
+            f"    {dispatch}",
         ]
     direct = [*_elided_defaults_lines(kinds, g, "    "), f"    $out = $kernel({call})"]
     if AUTOGRAD_KERNEL_ALWAYS_APPLIES:
@@ -341,7 +340,6 @@ def generated_call(opdef: Any) -> Callable:
         "checked": checked_output,
         "dispatch": _dispatcher_call,
         "state": opdef.__dict__,
-        "names": None,
         "out": None,
         "args": None,
         "kwargs": None,
@@ -351,17 +349,22 @@ def generated_call(opdef: Any) -> Callable:
     names = [n for n, _ in kinds]
     by_position, naming = positional_parameters(names, g)
     header = [*(f"{p}=$MISSING" for p in by_position), "*$args", "**$kwargs"]
-    values = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
-    g["Missing"] = type(MISSING)
-    dispatch = f"return $dispatch($state, {values}, $names, $args, $kwargs)"
+    given = "(" + ", ".join(by_position) + ("," if len(names) == 1 else "") + ")"
+    g.update(Missing=type(MISSING), written=None)
+    # The dispatcher gets the call as it was written (a graph records its keywords as keywords).
+    dispatch = f"return $dispatch($state, {given}, $args, $written)"
     # The short path fills the function's defaults in.
     body: List[str] = []
     for i, p in enumerate(params):
         if p.default is not p.empty:
             g[f"default{i}"] = p.default
             body += [f"if {p.name} is $MISSING:", f"    {p.name} = $default{i}"]
-    body = [*naming, *keyword_lines(names, dispatch), *_short_path_lines(opdef, kinds, g, body)]
-    g["names"] = tuple(names)
+    body = [
+        *naming,
+        "$written = $kwargs",
+        *keyword_lines(names, dispatch, copy=True),
+        *_short_path_lines(opdef, kinds, g, body, dispatch),
+    ]
     body.append(dispatch)
     source = f"def $function({', '.join(header)}):\n" + "".join(f"    {b}\n" for b in body)
     call: Any = generated_function(source, g, set(names), f"<call of custom op {opdef._qualname}>")
@@ -382,11 +385,12 @@ def _torch_call(state: Dict[str, Any]) -> Callable:
     return call
 
 
-def _dispatcher_call(
-    state: Dict[str, Any], values: tuple, names: tuple, args: tuple, kwargs: dict
-) -> Any:
+def _dispatcher_call(state: Dict[str, Any], given: tuple, args: tuple, kwargs: dict) -> Any:
     """The call as torch's own ``CustomOpDef.__call__`` makes it (every call the short path does
-    not take): the operator, given what the caller gave, so that torch converts the arguments or
+    not take): the operator, given what the caller gave as the caller gave it (``given``: the
+    arguments given by position, then ``MISSING``), so that torch converts the arguments or
     raises its own error."""
-    positional, keywords = given_arguments(names, values)
-    return state["_opoverload"](*positional, *args, **keywords, **kwargs)
+    count = len(given)
+    while count and given[count - 1] is MISSING:
+        count -= 1
+    return state["_opoverload"](*given[:count], *args, **kwargs)
