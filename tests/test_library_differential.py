@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 import library_oracle as oracle
 from compatfn.library import _custom_op
@@ -373,5 +374,63 @@ def test_a_call_that_does_not_fit_gets_torch_own_outcome(tier: str, call: str) -
             "Argument 'y' specified both as positional and keyword argument.",
         )
         assert got[0] == expected[0] and got[1].startswith(expected[1])
+        return
+    assert got == expected
+
+
+#: Ops of 1-3 parameters (a tensor, a defaulted float and int, a required tensor) and their
+#: schemas, for the generated call styles below.
+_CALL_STYLE_OPS = {
+    "k1": ("x: torch.Tensor", "(Tensor x) -> Tensor"),
+    "k2": ("x: torch.Tensor, w: torch.Tensor", "(Tensor x, Tensor w) -> Tensor"),
+    "k3": (
+        "x: torch.Tensor, a: float = 1.0, n: int = 2",
+        "(Tensor x, float a=1., int n=2) -> Tensor",
+    ),
+}
+_CALL_VALUES = {"x": torch.ones(2), "w": torch.full((2,), 3.0), "a": 2.5, "n": 4, "bogus": 1}
+
+
+@st.composite
+def _call_styles(draw: Any) -> Tuple[str, list, dict]:
+    """An op and a call of it: any number of positional arguments (one too many included) and
+    any set of keywords (a parameter given by position too, an unknown name)."""
+    name = draw(st.sampled_from(sorted(_CALL_STYLE_OPS)))
+    params = [p.split(":")[0] for p in _CALL_STYLE_OPS[name][0].split(", ")]
+    count = draw(st.integers(0, len(params) + 1))
+    args = [_CALL_VALUES.get(p, 7.0) for p in [*params, "extra"][:count]]
+    names = draw(st.lists(st.sampled_from([*params, "bogus"]), unique=True))
+    return name, args, {n: _CALL_VALUES[n] for n in names}
+
+
+def _call_outcome(op: Any, namespace: str, args: list, kwargs: dict) -> Tuple[str, Any]:
+    try:
+        return "ok", op(*args, **kwargs).tolist()
+    except Exception as e:  # the outcome compared is the exception
+        return type(e).__name__, str(e).replace(namespace, "NS").split("\n")[0]
+
+
+@pytest.mark.skipif(not HAS_TORCH_OP, reason=f"torch {torch.__version__} has no custom_op")
+@pytest.mark.parametrize("tier", SIDE_BY_SIDE)
+@settings(max_examples=_EXAMPLES * 5, deadline=None)
+@given(style=_call_styles())
+def test_generated_call_styles_match_torch_custom_op(tier: str, style: Tuple[str, list, dict]):
+    """Every call style, right or wrong, gives what torch's own op gives (outputs, or the
+    exception and its message)."""
+    name, args, kwargs = style
+    signature, schema = _CALL_STYLE_OPS[name]
+    namespace: Dict[str, Any] = {"torch": torch}
+    body = " * ".join(p.split(":")[0] for p in signature.split(", "))
+    # Annotated as the short path wants them (a function without annotations goes to torch).
+    exec(f"def {name}({signature}) -> torch.Tensor:\n    return ({body}) + 0\n", namespace)
+    fn = namespace[name]
+    ours_ns, theirs_ns = f"cfts{_RUN}o{next(_count)}", f"cfts{_RUN}t{next(_count)}"
+    ours = _ours(tier)(f"{ours_ns}::{name}", fn, (), schema)
+    theirs = _theirs(f"{theirs_ns}::{name}", fn, (), schema)
+    expected = _call_outcome(theirs, theirs_ns, args, kwargs)
+    got = _call_outcome(ours, ours_ns, args, kwargs)
+    if tier == "function" and "INTERNAL ASSERT FAILED" in str(expected[1]):
+        # See test_a_call_that_does_not_fit_gets_torch_own_outcome.
+        assert got[0] == "RuntimeError" and "specified both as positional and keyword" in got[1]
         return
     assert got == expected
