@@ -388,7 +388,15 @@ _CALL_STYLE_OPS = {
         "(Tensor x, float a=1., int n=2) -> Tensor",
     ),
 }
-_CALL_VALUES = {"x": torch.ones(2), "w": torch.full((2,), 3.0), "a": 2.5, "n": 4, "bogus": 1}
+#: ``by_position_0``: the name of the generated call's first parameter before it was unnamed.
+_CALL_VALUES = {
+    "x": torch.ones(2),
+    "w": torch.full((2,), 3.0),
+    "a": 2.5,
+    "n": 4,
+    "bogus": 1,
+    "by_position_0": torch.ones(2),
+}
 
 
 @st.composite
@@ -399,7 +407,7 @@ def _call_styles(draw: Any) -> Tuple[str, list, dict]:
     params = [p.split(":")[0] for p in _CALL_STYLE_OPS[name][0].split(", ")]
     count = draw(st.integers(0, len(params) + 1))
     args = [_CALL_VALUES.get(p, 7.0) for p in [*params, "extra"][:count]]
-    names = draw(st.lists(st.sampled_from([*params, "bogus"]), unique=True))
+    names = draw(st.lists(st.sampled_from([*params, "bogus", "by_position_0"]), unique=True))
     return name, args, {n: _CALL_VALUES[n] for n in names}
 
 

@@ -242,6 +242,15 @@ def positional_parameters(
     return header, lines
 
 
+def unnamed_parameters(call: Any, first: int, count: int) -> None:
+    """Give ``call``'s by-position parameters (``positional_parameters``: ``count`` of them from
+    index ``first``) names that are no identifiers, so that no keyword a caller writes binds them
+    (``op(by_position_0=t)`` is the dispatcher's unknown keyword, as for torch's own op)."""
+    names = list(call.__code__.co_varnames)
+    names[first : first + count] = [f"<argument {i}>" for i in range(count)]
+    call.__code__ = call.__code__.replace(co_varnames=tuple(names))
+
+
 def keyword_lines(names: Sequence[str], wrong: str, copy: bool = False) -> List[str]:
     """Lines of a generated call binding its keyword arguments to the parameters ``names``,
     taken by position only (``positional_parameters``; each ``MISSING`` when not given), as

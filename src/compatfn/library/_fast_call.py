@@ -10,7 +10,13 @@ import torch
 from compatfn.core import _HAS_IS_COMPILING as HAS_DYNAMO
 from compatfn.core import _dynamo_tracing as dynamo_tracing
 from compatfn.library._autograd import simple_function
-from compatfn.library._convert import MISSING, keyword_lines, positional_parameters, wrong_call
+from compatfn.library._convert import (
+    MISSING,
+    keyword_lines,
+    positional_parameters,
+    unnamed_parameters,
+    wrong_call,
+)
 from compatfn.library._facts import (
     C_APPLY,
     HAS_INFERENCE_MODE,
@@ -265,6 +271,7 @@ def generated_call(op: CustomOp) -> Any:
     )
     call.__name__ = call.__qualname__ = name
     call.__code__ = call.__code__.replace(co_name=name)  # Python < 3.11 names errors by it
+    unnamed_parameters(call, 1, len(positional))
     call.__defaults__ = (MISSING,) * len(positional) or None
     call.__kwdefaults__ = dict.fromkeys(op._keyword_only, MISSING) or None
     call.__doc__ = op.__doc__

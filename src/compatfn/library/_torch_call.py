@@ -14,6 +14,7 @@ from compatfn.library._convert import (
     MISSING,
     keyword_lines,
     positional_parameters,
+    unnamed_parameters,
 )
 from compatfn.library._facts import (
     AUTOGRAD_KERNEL_ALWAYS_APPLIES,
@@ -373,6 +374,7 @@ def generated_call(opdef: Any) -> Callable:
     )
     call.__name__ = call.__qualname__ = name
     call.__doc__ = fn.__doc__
+    unnamed_parameters(call, 0, len(names))
     return call  # type: ignore[no-any-return]
 
 
