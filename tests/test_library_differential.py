@@ -329,13 +329,13 @@ def test_recorded_case_matches_torch_custom_op(tier: str, index: int) -> None:
     _assert_same(row["case"], tier, got, row["torch"])
 
 
-def _wrong_call_outcome(op: Any, namespace: str, call: Any) -> Tuple[str, str]:
-    x = torch.ones(2)
+def _call_outcome(op: Any, namespace: str, call: Any) -> Tuple[str, Any]:
+    """What ``call(op, x)`` gives: its output as a list, or the exception and its message's first
+    line (``namespace`` normalised)."""
     try:
-        call(op, x)
+        return "ok", call(op, torch.ones(2)).tolist()
     except Exception as e:  # the outcome compared is the exception
         return type(e).__name__, str(e).replace(namespace, "NS").split("\n")[0]
-    return "ok", ""
 
 
 #: Calls that do not fit ``k(x: Tensor, y: float = 1.0, z: float = 2.0)``: a parameter given by
@@ -364,8 +364,8 @@ def test_a_call_that_does_not_fit_gets_torch_own_outcome(tier: str, call: str) -
     schema = "(Tensor x, float y=1., float z=2.) -> Tensor"  # torch 2.4 reads no string annotation
     ours = _ours(tier)(f"{ours_ns}::k", k, (), schema)
     theirs = _theirs(f"{theirs_ns}::k", k, (), schema)
-    expected = _wrong_call_outcome(theirs, theirs_ns, _WRONG_CALLS[call])
-    got = _wrong_call_outcome(ours, ours_ns, _WRONG_CALLS[call])
+    expected = _call_outcome(theirs, theirs_ns, _WRONG_CALLS[call])
+    got = _call_outcome(ours, ours_ns, _WRONG_CALLS[call])
     if tier == "function" and "INTERNAL ASSERT FAILED" in expected[1]:
         # torch's schema check fails its own assertion for a defaulted parameter given twice;
         # the function tier, which has no operator, names the mistake (documented).
@@ -411,18 +411,13 @@ def _call_styles(draw: Any) -> Tuple[str, list, dict]:
     return name, args, {n: _CALL_VALUES[n] for n in names}
 
 
-def _call_outcome(op: Any, namespace: str, args: list, kwargs: dict) -> Tuple[str, Any]:
-    try:
-        return "ok", op(*args, **kwargs).tolist()
-    except Exception as e:  # the outcome compared is the exception
-        return type(e).__name__, str(e).replace(namespace, "NS").split("\n")[0]
-
-
 @pytest.mark.skipif(not HAS_TORCH_OP, reason=f"torch {torch.__version__} has no custom_op")
 @pytest.mark.parametrize("tier", SIDE_BY_SIDE)
 @settings(max_examples=_EXAMPLES * 5, deadline=None)
 @given(style=_call_styles())
-def test_generated_call_styles_match_torch_custom_op(tier: str, style: Tuple[str, list, dict]):
+def test_generated_call_styles_match_torch_custom_op(
+    tier: str, style: Tuple[str, list, dict]
+) -> None:
     """Every call style, right or wrong, gives what torch's own op gives (outputs, or the
     exception and its message)."""
     name, args, kwargs = style
@@ -435,8 +430,11 @@ def test_generated_call_styles_match_torch_custom_op(tier: str, style: Tuple[str
     ours_ns, theirs_ns = f"cfts{_RUN}o{next(_count)}", f"cfts{_RUN}t{next(_count)}"
     ours = _ours(tier)(f"{ours_ns}::{name}", fn, (), schema)
     theirs = _theirs(f"{theirs_ns}::{name}", fn, (), schema)
-    expected = _call_outcome(theirs, theirs_ns, args, kwargs)
-    got = _call_outcome(ours, ours_ns, args, kwargs)
+
+    def call(op: Any, _: Any) -> Any:
+        return op(*args, **kwargs)
+
+    expected, got = _call_outcome(theirs, theirs_ns, call), _call_outcome(ours, ours_ns, call)
     if tier == "function" and "INTERNAL ASSERT FAILED" in str(expected[1]):
         # See test_a_call_that_does_not_fit_gets_torch_own_outcome.
         assert got[0] == "RuntimeError" and "specified both as positional and keyword" in got[1]
