@@ -15,7 +15,7 @@ import torch
 import compatfn
 import compatfn.testing
 from compatfn import library
-from library_support import TIERS, TORCH_MINOR, make
+from library_support import TIERS, TORCH_MINOR, fresh, make
 
 
 def test_tier_follows_feature_detection():
@@ -283,6 +283,42 @@ def test_fx_proxies_and_wrong_argument_types(tier):
     assert torch.equal(traced(torch.ones(2)), torch.full((2,), 4.0))
     with pytest.raises(RuntimeError, match="Expected a value of type 'Tensor' for argument 'x'"):
         triple(np.ones(2))
+
+
+_WRITTEN_CALLS = {  # a call, and what torch's own op hands the dispatcher: (by position, keywords)
+    "positional": (lambda op, x: op(x, 3.0), (2, [])),
+    "keyword": (lambda op, x: op(x, s=3.0), (1, ["s"])),
+    "all_keywords": (lambda op, x: op(s=3.0, x=x), (0, ["s", "x"])),
+    "default_left_out": (lambda op, x: op(x), (1, [])),
+    "keyword_only": (lambda op, x: op(x, shift=1.0), (1, ["shift"])),
+}
+
+
+@pytest.mark.parametrize("call", list(_WRITTEN_CALLS))
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "function"])
+def test_a_traced_call_reaches_the_operator_as_written(tier, call):
+    """A call through the dispatcher hands the operator what the caller wrote, as torch's own
+    op does (``CustomOpDef.__call__``): a torch.fx graph records the keywords as keywords and no
+    default the caller left out (the registered tier passed every argument by position)."""
+    written, expected = _WRITTEN_CALLS[call]
+
+    def recorded(op) -> Tuple[int, List[str]]:
+        graph = torch.fx.symbolic_trace(lambda x: written(op, x)).graph
+        (node,) = [n for n in graph.nodes if n.op == "call_function"]
+        return len(node.args), sorted(node.kwargs)
+
+    def shifted(x: torch.Tensor, s: float = 2.0, *, shift: float = 0.0) -> torch.Tensor:
+        return x * s + shift
+
+    assert recorded(make(tier, "shifted")(shifted)) == expected
+    if library.HAS_TORCH_CUSTOM_OP:  # the expectation is torch's own op's
+        control = torch.library.custom_op(
+            f"{fresh('written')}::shifted",
+            shifted,
+            mutates_args=(),
+            schema="(Tensor x, float s=2.0, *, float shift=0.0) -> Tensor",
+        )
+        assert recorded(control) == expected
 
 
 @pytest.mark.parametrize("tier", [t for t in TIERS if t != "torch"])

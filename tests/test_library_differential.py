@@ -154,33 +154,12 @@ def _transform_difference(case: Dict[str, Any], tier: str) -> Any:
             "torch.func cannot differentiate a registered-tier op (torch < 2.4): it raises "
             "compatfn's error saying so (docs/custom-ops.md)"
         )
-    if (
-        tier == "registered"
-        and case["context"] == "symbolic_trace"
-        and keyword_made_positional(case)
-    ):
-        return (
-            "a keyword argument with none left out before it: the registered tier binds it by "
-            "name and hands it to the operator by position, so a torch.fx graph records it "
-            "among the node's args (torch's own op, and the torch tier, pass it on as given)"
-        )
     if tier == "registered" and numpy and case["context"] == "symbolic_trace":
         return (
             "a numpy scalar in a torch.fx graph: the registered tier converts it first; torch's "
             "own op records it as it is, and the graph's code then fails (NameError: np)"
         )
     return None
-
-
-def keyword_made_positional(case: Dict[str, Any]) -> bool:
-    """Whether an argument given by name reaches the operator by position from compatfn's op:
-    every argument before it given (See ``given_arguments``)."""
-    for a in case["args"]:
-        if a["how"] == "left_out":
-            return False
-        if a["how"] == "kw":
-            return True
-    return False
 
 
 #: torch 2.4-2.14's own op fails backward when it has a ``List[Tensor]`` parameter and an argument
@@ -247,10 +226,6 @@ def test_generated_cases_match_torch_custom_op(tier: str, case: Dict[str, Any]) 
     # A difference torch has with itself (See _outputs_convert_by_call_form).
     assume(not (CONVERTS_BY_CALL_FORM and case["outputs"] >= 2 and _by_keyword(case)))
     assume(tier_difference(case, tier) is None)  # the explicit cases hold those
-    # The same difference in dynamo's error for an op without a fake kernel, where the message
-    # shows the node's arguments (torch 2.5-2.8, measured; not on 2.13 or 2.15).
-    dynamo = case["context"] in ("compile", "export_strict") and not case["fake"]
-    assume(not (dynamo and tier == "registered" and keyword_made_positional(case)))
     compare(case, tier)
 
 

@@ -251,14 +251,19 @@ def unnamed_parameters(call: Any, first: int, count: int) -> None:
     call.__code__ = call.__code__.replace(co_varnames=tuple(names))
 
 
-def keyword_lines(names: Sequence[str], wrong: str, copy: bool = False) -> List[str]:
+def keyword_lines(
+    names: Sequence[str], wrong: str, keyword_only: Sequence[str] = (), copy: bool = False
+) -> List[str]:
     """Lines of a generated call binding its keyword arguments to the parameters ``names``,
     taken by position only (``positional_parameters``; each ``MISSING`` when not given), as
     Python binds them, except that a parameter given both by position and by keyword runs
-    ``wrong`` (the dispatcher's error, not Python's ``TypeError``). Needs ``$Missing``
-    (``type(MISSING)``) in the call's globals. ``copy``: bind from a copy of ``$kwargs``, which
-    keeps the keywords as written."""
-    lines = ["if $kwargs:", *(["    $kwargs = $kwargs.copy()"] if copy else [])]
+    ``wrong`` (the dispatcher's error, not Python's ``TypeError``), and to the ``keyword_only``
+    ones (``MISSING`` when not given; the header has none of them, so that ``$kwargs`` holds
+    every keyword as written). Needs ``$Missing`` (``type(MISSING)``) and ``$MISSING`` in the
+    call's globals. ``copy``: bind from a copy of ``$kwargs``, which keeps the keywords as
+    written."""
+    lines = [f"{name} = $MISSING" for name in keyword_only]
+    lines += ["if $kwargs:", *(["    $kwargs = $kwargs.copy()"] if copy else [])]
     for name in names:
         lines += [
             f"    if {name!r} in $kwargs:",
@@ -266,6 +271,8 @@ def keyword_lines(names: Sequence[str], wrong: str, copy: bool = False) -> List[
             f"            {wrong}",
             f"        {name} = $kwargs.pop({name!r})",
         ]
+    for name in keyword_only:
+        lines += [f"    if {name!r} in $kwargs:", f"        {name} = $kwargs.pop({name!r})"]
     return lines
 
 

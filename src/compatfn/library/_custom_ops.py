@@ -11,7 +11,7 @@ import torch
 from compatfn.library import _registration
 from compatfn.library._autocast import autocast_dtype, call_autocast
 from compatfn.library._autograd import Call, autograd_function
-from compatfn.library._convert import any_left_out, conversions, wrong_call
+from compatfn.library._convert import MISSING, any_left_out, conversions, wrong_call
 from compatfn.library._facts import (
     BelowAutograd,
     autograd_excluded,
@@ -143,20 +143,40 @@ class CustomOp:
         """Run the operator. Each op made by ``custom_op`` replaces this with a call that has
         the op's own signature (See NOTE: [the op's call])."""
         inputs, keyword_only = self._bind(args, kwargs)
-        return self._general_call(inputs, keyword_only)
+        return self._general_call(inputs, keyword_only, args, kwargs)
 
-    def _general_call(self, inputs: tuple, keyword_only: Dict[str, Any]) -> Any:
+    def _general_call(
+        self, inputs: tuple, keyword_only: Dict[str, Any], given: tuple, written: Dict[str, Any]
+    ) -> Any:
         """Every call the short path does not take: through the dispatcher where something needs
-        it (tracing, modes, transforms, tensor subclasses), else the kernels through autograd;
-        torch's error for a required tensor left out (See NOTE: [the op's call])."""
+        it (tracing, modes, transforms, tensor subclasses), as the caller wrote it (``given``:
+        the values given by position, ``MISSING`` after the last; ``written``: the keywords),
+        else the kernels through autograd; torch's error for a required tensor left out (See
+        NOTE: [the op's call])."""
         if any_left_out(inputs) or any_left_out(keyword_only.values()):
             return wrong_call(self, inputs, keyword_only, (), {})
         self._check_tensor_arguments(inputs, keyword_only)
         if self._opoverload is not None:
             if not self._eager_ok(inputs, keyword_only):
-                return self._opoverload(*inputs, **keyword_only)
+                positional, keywords = self._as_written(inputs, keyword_only, given, written)
+                return self._opoverload(*positional, **keywords)
             return self._apply(inputs, keyword_only, self._eager_fn)
         return call_without_operator(self, inputs, keyword_only)
+
+    def _as_written(
+        self, inputs: tuple, keyword_only: Dict[str, Any], given: tuple, written: Dict[str, Any]
+    ) -> Tuple[tuple, Dict[str, Any]]:
+        """The arguments, converted, laid out as the caller wrote them (``given``: the values
+        given by position, ``MISSING`` after the last; ``written``: the keywords): what torch's
+        own op hands the dispatcher, so that a graph records keywords as keywords and leaves
+        out what the caller left out.
+
+        Example: ``op(x, scale=np.float64(3))`` gives ``((x,), {"scale": 3.0})``."""
+        count = len(given)
+        while count and given[count - 1] is MISSING:
+            count -= 1
+        values = dict(zip(self._positional, inputs), **keyword_only)
+        return inputs[:count], {name: values[name] for name in written}
 
     def _short_path_ok(self) -> bool:
         """Whether the op is simple enough for the short path (See NOTE: [the op's call])."""

@@ -165,13 +165,17 @@ def _argument_lines(
     default, and each non-tensor argument is converted (``_convert``) after one exact-type test.
     A required tensor left out stays ``MISSING``: it fails the short path's tensor test, and
     ``CustomOp._general_call`` sends it to ``wrong_call``."""
-    globals_.update(Missing=type(MISSING), wrong_call=wrong_call)
+    globals_.update(Missing=type(MISSING), MISSING=MISSING, wrong_call=wrong_call)
     # While dynamo traces, a value of another type than the parameter's reaches the operator
     # as it is: dynamo converts it as for torch's own op (a numpy scalar is an ndarray to it).
     raw_under_dynamo = op._opoverload is not None and HAS_DYNAMO
     globals_["dynamo_tracing"] = dynamo_tracing
     wrong = f"return $wrong_call($self, {inputs}, {keywords}, $args, $kwargs)"
-    lines = [*keyword_lines(op._positional, wrong), "if $args or $kwargs:", f"    {wrong}"]
+    lines = [
+        *keyword_lines(op._positional, wrong, op._keyword_only, copy=True),
+        "if $args or $kwargs:",
+        f"    {wrong}",
+    ]
     for i, p in enumerate(op._signature.parameters.values()):
         name, conversion = p.name, op._conversions.get(p.name)
         # ``x.__class__ is $Missing``: dynamo 2.1-2.2 traces neither ``x is y`` for a tensor or a
@@ -255,13 +259,16 @@ def generated_call(op: CustomOp) -> Any:
         "out": None,
         "args": None,
         "kwargs": None,
+        "written": None,
     }
     by_position, naming = positional_parameters(positional, globals_)
-    header = ["$self", *by_position, "*$args", *op._keyword_only, "**$kwargs"]
-    body = naming + _argument_lines(op, inputs, keywords, globals_)
+    header = ["$self", *by_position, "*$args", "**$kwargs"]
+    # The keywords as written, for a call through the dispatcher (a graph records them).
+    body = [*naming, "$written = $kwargs", *_argument_lines(op, inputs, keywords, globals_)]
     if op._short_path_ok():
         body += _short_path_lines(op, globals_)
-    body.append(f"return $self._general_call({inputs}, {keywords})")
+    given = "(" + ", ".join(by_position) + ("," if len(by_position) == 1 else "") + ")"
+    body.append(f"return $self._general_call({inputs}, {keywords}, {given}, $written)")
     source = f"def $function({', '.join(header)}):\n" + "".join(f"    {b}\n" for b in body)
     call: Any = generated_function(
         source,
@@ -273,6 +280,5 @@ def generated_call(op: CustomOp) -> Any:
     call.__code__ = call.__code__.replace(co_name=name)  # Python < 3.11 names errors by it
     unnamed_parameters(call, 1, len(positional))
     call.__defaults__ = (MISSING,) * len(positional) or None
-    call.__kwdefaults__ = dict.fromkeys(op._keyword_only, MISSING) or None
     call.__doc__ = op.__doc__
     return call
