@@ -363,7 +363,7 @@ _CALL_STYLE_OPS = {
         "(Tensor x, float a=1., int n=2) -> Tensor",
     ),
 }
-#: ``by_position_0``: the name of the generated call's first parameter before it was unnamed.
+#: ``by_position_0``: the name of the generated call's first parameter (positional-only).
 _CALL_VALUES = {
     "x": torch.ones(2),
     "w": torch.full((2,), 3.0),

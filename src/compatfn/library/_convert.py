@@ -227,28 +227,21 @@ def given_arguments(
 
 
 def positional_parameters(
-    names: Sequence[str], globals_: Dict[str, Any]
+    names: Sequence[str], globals_: Dict[str, Any], default: str = ""
 ) -> Tuple[List[str], List[str]]:
-    """The header parameters of a generated call that take ``names`` by position only, and the
-    body's first lines giving them their names: fresh names that no keyword binds, so that every
-    keyword lands in ``**kwargs`` for ``keyword_lines``. (A ``/`` would do the same in Python,
-    but dynamo binds an inlined call by rules of its own and refuses a positional-only
-    parameter's name among its keywords: torch 2.7, measured.)"""
+    """The header parameters of a generated call that take ``names`` by position only (each
+    followed by ``default``, then a ``/``), and the body's first lines giving them their names,
+    so that every keyword lands in ``**kwargs`` for ``keyword_lines``, a keyword written with
+    the fresh name too (Python puts it there for a positional-only parameter). Fresh names, not
+    the op's: dynamo binds an inlined call by rules of its own and refuses a keyword that names
+    a positional-only parameter (torch 2.7, measured); and identifiers: dynamo 2.1 binds with
+    ``inspect.signature``, which refuses any other name (measured)."""
     header, lines = [], []
     for i, name in enumerate(names):
         globals_[f"by_position_{i}"] = None  # a placeholder: renamed apart from every name
-        header.append(f"$by_position_{i}")
+        header.append(f"$by_position_{i}{default}")
         lines.append(f"{name} = $by_position_{i}")
-    return header, lines
-
-
-def unnamed_parameters(call: Any, first: int, count: int) -> None:
-    """Give ``call``'s by-position parameters (``positional_parameters``: ``count`` of them from
-    index ``first``) names that are no identifiers, so that no keyword a caller writes binds them
-    (``op(by_position_0=t)`` is the dispatcher's unknown keyword, as for torch's own op)."""
-    names = list(call.__code__.co_varnames)
-    names[first : first + count] = [f"<argument {i}>" for i in range(count)]
-    call.__code__ = call.__code__.replace(co_varnames=tuple(names))
+    return header + ["/"] * bool(header), lines
 
 
 def keyword_lines(
@@ -259,11 +252,11 @@ def keyword_lines(
     Python binds them, except that a parameter given both by position and by keyword runs
     ``wrong`` (the dispatcher's error, not Python's ``TypeError``), and to the ``keyword_only``
     ones (``MISSING`` when not given; the header has none of them, so that ``$kwargs`` holds
-    every keyword as written). Needs ``$Missing`` (``type(MISSING)``) and ``$MISSING`` in the
-    call's globals. ``copy``: bind from a copy of ``$kwargs``, which keeps the keywords as
-    written."""
+    every keyword as written). Needs ``$Missing`` (``type(MISSING)``), ``$MISSING`` and, with
+    ``copy``, ``$dict`` in the call's globals. ``copy``: bind from a copy of ``$kwargs``, which
+    keeps the keywords as written (``dict()``: dynamo 2.1 cannot trace ``dict.copy``)."""
     lines = [f"{name} = $MISSING" for name in keyword_only]
-    lines += ["if $kwargs:", *(["    $kwargs = $kwargs.copy()"] if copy else [])]
+    lines += ["if $kwargs:", *(["    $kwargs = $dict($kwargs)"] if copy else [])]
     for name in names:
         lines += [
             f"    if {name!r} in $kwargs:",

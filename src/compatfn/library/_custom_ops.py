@@ -11,7 +11,7 @@ import torch
 from compatfn.library import _registration
 from compatfn.library._autocast import autocast_dtype, call_autocast
 from compatfn.library._autograd import Call, autograd_function
-from compatfn.library._convert import MISSING, any_left_out, conversions, wrong_call
+from compatfn.library._convert import any_left_out, conversions, wrong_call
 from compatfn.library._facts import (
     BelowAutograd,
     autograd_excluded,
@@ -173,7 +173,7 @@ class CustomOp:
 
         Example: ``op(x, scale=np.float64(3))`` gives ``((x,), {"scale": 3.0})``."""
         count = len(given)
-        while count and given[count - 1] is MISSING:
+        while count and any_left_out(given[count - 1 : count]):  # dynamo 2.1 traces no ``is``
             count -= 1
         values = dict(zip(self._positional, inputs), **keyword_only)
         return inputs[:count], {name: values[name] for name in written}

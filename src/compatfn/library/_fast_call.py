@@ -14,7 +14,6 @@ from compatfn.library._convert import (
     MISSING,
     keyword_lines,
     positional_parameters,
-    unnamed_parameters,
     wrong_call,
 )
 from compatfn.library._facts import (
@@ -165,7 +164,7 @@ def _argument_lines(
     default, and each non-tensor argument is converted (``_convert``) after one exact-type test.
     A required tensor left out stays ``MISSING``: it fails the short path's tensor test, and
     ``CustomOp._general_call`` sends it to ``wrong_call``."""
-    globals_.update(Missing=type(MISSING), MISSING=MISSING, wrong_call=wrong_call)
+    globals_.update(Missing=type(MISSING), MISSING=MISSING, dict=dict, wrong_call=wrong_call)
     # While dynamo traces, a value of another type than the parameter's reaches the operator
     # as it is: dynamo converts it as for torch's own op (a numpy scalar is an ndarray to it).
     raw_under_dynamo = op._opoverload is not None and HAS_DYNAMO
@@ -267,7 +266,8 @@ def generated_call(op: CustomOp) -> Any:
     body = [*naming, "$written = $kwargs", *_argument_lines(op, inputs, keywords, globals_)]
     if op._short_path_ok():
         body += _short_path_lines(op, globals_)
-    given = "(" + ", ".join(by_position) + ("," if len(by_position) == 1 else "") + ")"
+    given = "(" + ", ".join(f"$by_position_{i}" for i in range(len(positional)))
+    given += ("," if len(positional) == 1 else "") + ")"
     body.append(f"return $self._general_call({inputs}, {keywords}, {given}, $written)")
     source = f"def $function({', '.join(header)}):\n" + "".join(f"    {b}\n" for b in body)
     call: Any = generated_function(
@@ -278,7 +278,6 @@ def generated_call(op: CustomOp) -> Any:
     )
     call.__name__ = call.__qualname__ = name
     call.__code__ = call.__code__.replace(co_name=name)  # Python < 3.11 names errors by it
-    unnamed_parameters(call, 1, len(positional))
     call.__defaults__ = (MISSING,) * len(positional) or None
     call.__doc__ = op.__doc__
     return call

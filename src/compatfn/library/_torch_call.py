@@ -14,7 +14,6 @@ from compatfn.library._convert import (
     MISSING,
     keyword_lines,
     positional_parameters,
-    unnamed_parameters,
 )
 from compatfn.library._facts import (
     AUTOGRAD_KERNEL_ALWAYS_APPLIES,
@@ -348,10 +347,11 @@ def generated_call(opdef: Any) -> Callable:
     # Every parameter defaults to MISSING: what the caller left out stays out of a dispatcher call.
     # Taken by position only: a parameter given twice gets the dispatcher's error, not Python's.
     names = [n for n, _ in kinds]
-    by_position, naming = positional_parameters(names, g)
-    header = [*(f"{p}=$MISSING" for p in by_position), "*$args", "**$kwargs"]
-    given = "(" + ", ".join(by_position) + ("," if len(names) == 1 else "") + ")"
-    g.update(Missing=type(MISSING), written=None)
+    by_position, naming = positional_parameters(names, g, "=$MISSING")
+    header = [*by_position, "*$args", "**$kwargs"]
+    given = "(" + ", ".join(f"$by_position_{i}" for i in range(len(names)))
+    given += ("," if len(names) == 1 else "") + ")"
+    g.update(Missing=type(MISSING), dict=dict, written=None)
     # The dispatcher gets the call as it was written (a graph records its keywords as keywords).
     dispatch = f"return $dispatch($state, {given}, $args, $written)"
     # The short path fills the function's defaults in.
@@ -374,7 +374,6 @@ def generated_call(opdef: Any) -> Callable:
     )
     call.__name__ = call.__qualname__ = name
     call.__doc__ = fn.__doc__
-    unnamed_parameters(call, 0, len(names))
     return call  # type: ignore[no-any-return]
 
 
