@@ -21,7 +21,15 @@ from compatfn.library._facts import SCALAR_TYPE_NUMBERS
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
 
-__all__ = ["MISSING", "Conversion", "any_left_out", "conversions", "given_arguments", "wrong_call"]
+__all__ = [
+    "MISSING",
+    "Conversion",
+    "any_left_out",
+    "conversions",
+    "given_arguments",
+    "given_by_position",
+    "wrong_call",
+]
 
 #: What a parameter of an op's generated call holds when the caller left it out.
 _MissingType = type("MissingArgument", (), {"__repr__": lambda self: "<missing>"})
@@ -228,35 +236,53 @@ def given_arguments(
 
 def positional_parameters(
     names: Sequence[str], globals_: Dict[str, Any], default: str = ""
-) -> Tuple[List[str], List[str]]:
+) -> Tuple[List[str], List[str], str]:
     """The header parameters of a generated call that take ``names`` by position only (each
-    followed by ``default``, then a ``/``), and the body's first lines giving them their names,
-    so that every keyword lands in ``**kwargs`` for ``keyword_lines``, a keyword written with
-    the fresh name too (Python puts it there for a positional-only parameter). Fresh names, not
-    the op's: dynamo binds an inlined call by rules of its own and refuses a keyword that names
-    a positional-only parameter (torch 2.7, measured); and identifiers: dynamo 2.1 binds with
-    ``inspect.signature``, which refuses any other name (measured)."""
+    followed by ``default``, then a ``/``), the body's first lines giving them their names, and
+    the source of the tuple of their values as given (``MISSING`` where not given; see
+    ``given_by_position``). Every keyword lands in ``**kwargs`` for ``keyword_lines``, a keyword
+    written with the fresh name too (Python puts it there for a positional-only parameter).
+    Fresh names, not the op's: dynamo binds an inlined call by rules of its own and refuses a
+    keyword that names a positional-only parameter (torch 2.7, measured); and identifiers:
+    dynamo 2.1 binds with ``inspect.signature``, which refuses any other name (measured)."""
     header, lines = [], []
     for i, name in enumerate(names):
         globals_[f"by_position_{i}"] = None  # a placeholder: renamed apart from every name
         header.append(f"$by_position_{i}{default}")
         lines.append(f"{name} = $by_position_{i}")
-    return header + ["/"] * bool(header), lines
+    given = "(" + ", ".join(f"$by_position_{i}" for i in range(len(names)))
+    given += ("," if len(names) == 1 else "") + ")"
+    return header + ["/"] * bool(header), lines, given
+
+
+def given_by_position(given: tuple) -> tuple:
+    """The values a caller gave by position: ``given`` (the by-position parameters' values,
+    ``MISSING`` for each one not given) up to the first ``MISSING``.
+
+    Example::
+
+        >>> given_by_position((1, 2, MISSING))
+        (1, 2)
+    """
+    count = len(given)
+    while count and given[count - 1].__class__ is _MissingType:  # dynamo 2.1 traces no ``is``
+        count -= 1
+    return given[:count]
 
 
 def keyword_lines(
-    names: Sequence[str], wrong: str, keyword_only: Sequence[str] = (), copy: bool = False
+    names: Sequence[str], wrong: str, globals_: Dict[str, Any], keyword_only: Sequence[str] = ()
 ) -> List[str]:
-    """Lines of a generated call binding its keyword arguments to the parameters ``names``,
-    taken by position only (``positional_parameters``; each ``MISSING`` when not given), as
-    Python binds them, except that a parameter given both by position and by keyword runs
-    ``wrong`` (the dispatcher's error, not Python's ``TypeError``), and to the ``keyword_only``
-    ones (``MISSING`` when not given; the header has none of them, so that ``$kwargs`` holds
-    every keyword as written). Needs ``$Missing`` (``type(MISSING)``), ``$MISSING`` and, with
-    ``copy``, ``$dict`` in the call's globals. ``copy``: bind from a copy of ``$kwargs``, which
-    keeps the keywords as written (``dict()``: dynamo 2.1 cannot trace ``dict.copy``)."""
+    """Lines of a generated call keeping its keywords as written in ``$written`` and binding them
+    (from a copy of ``$kwargs``) to the parameters ``names``, taken by position only
+    (``positional_parameters``; each ``MISSING`` when not given), as Python binds them, except
+    that a parameter given both by position and by keyword runs ``wrong`` (the dispatcher's
+    error, not Python's ``TypeError``), and to the ``keyword_only`` ones (``MISSING`` when not
+    given; the header has none of them, so that ``$kwargs`` holds every keyword as written).
+    The copy is ``dict()``: dynamo 2.1 cannot trace ``dict.copy``."""
+    globals_.update(Missing=_MissingType, MISSING=MISSING, dict=dict, written=None)
     lines = [f"{name} = $MISSING" for name in keyword_only]
-    lines += ["if $kwargs:", *(["    $kwargs = $dict($kwargs)"] if copy else [])]
+    lines += ["$written = $kwargs", "if $kwargs:", "    $kwargs = $dict($kwargs)"]
     for name in names:
         lines += [
             f"    if {name!r} in $kwargs:",

@@ -11,7 +11,7 @@ import torch
 from compatfn.library import _registration
 from compatfn.library._autocast import autocast_dtype, call_autocast
 from compatfn.library._autograd import Call, autograd_function
-from compatfn.library._convert import any_left_out, conversions, wrong_call
+from compatfn.library._convert import any_left_out, conversions, given_by_position, wrong_call
 from compatfn.library._facts import (
     BelowAutograd,
     autograd_excluded,
@@ -172,11 +172,8 @@ class CustomOp:
         out what the caller left out.
 
         Example: ``op(x, scale=np.float64(3))`` gives ``((x,), {"scale": 3.0})``."""
-        count = len(given)
-        while count and any_left_out(given[count - 1 : count]):  # dynamo 2.1 traces no ``is``
-            count -= 1
         values = dict(zip(self._positional, inputs), **keyword_only)
-        return inputs[:count], {name: values[name] for name in written}
+        return inputs[: len(given_by_position(given))], {name: values[name] for name in written}
 
     def _short_path_ok(self) -> bool:
         """Whether the op is simple enough for the short path (See NOTE: [the op's call])."""

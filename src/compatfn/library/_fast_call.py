@@ -10,12 +10,7 @@ import torch
 from compatfn.core import _HAS_IS_COMPILING as HAS_DYNAMO
 from compatfn.core import _dynamo_tracing as dynamo_tracing
 from compatfn.library._autograd import simple_function
-from compatfn.library._convert import (
-    MISSING,
-    keyword_lines,
-    positional_parameters,
-    wrong_call,
-)
+from compatfn.library._convert import MISSING, keyword_lines, positional_parameters, wrong_call
 from compatfn.library._facts import (
     C_APPLY,
     HAS_INFERENCE_MODE,
@@ -164,14 +159,14 @@ def _argument_lines(
     default, and each non-tensor argument is converted (``_convert``) after one exact-type test.
     A required tensor left out stays ``MISSING``: it fails the short path's tensor test, and
     ``CustomOp._general_call`` sends it to ``wrong_call``."""
-    globals_.update(Missing=type(MISSING), MISSING=MISSING, dict=dict, wrong_call=wrong_call)
+    globals_.update(Missing=type(MISSING), wrong_call=wrong_call)
     # While dynamo traces, a value of another type than the parameter's reaches the operator
     # as it is: dynamo converts it as for torch's own op (a numpy scalar is an ndarray to it).
     raw_under_dynamo = op._opoverload is not None and HAS_DYNAMO
     globals_["dynamo_tracing"] = dynamo_tracing
     wrong = f"return $wrong_call($self, {inputs}, {keywords}, $args, $kwargs)"
     lines = [
-        *keyword_lines(op._positional, wrong, op._keyword_only, copy=True),
+        *keyword_lines(op._positional, wrong, globals_, op._keyword_only),
         "if $args or $kwargs:",
         f"    {wrong}",
     ]
@@ -258,16 +253,13 @@ def generated_call(op: CustomOp) -> Any:
         "out": None,
         "args": None,
         "kwargs": None,
-        "written": None,
     }
-    by_position, naming = positional_parameters(positional, globals_)
+    by_position, naming, given = positional_parameters(positional, globals_)
     header = ["$self", *by_position, "*$args", "**$kwargs"]
-    # The keywords as written, for a call through the dispatcher (a graph records them).
-    body = [*naming, "$written = $kwargs", *_argument_lines(op, inputs, keywords, globals_)]
+    body = [*naming, *_argument_lines(op, inputs, keywords, globals_)]
     if op._short_path_ok():
         body += _short_path_lines(op, globals_)
-    given = "(" + ", ".join(f"$by_position_{i}" for i in range(len(positional)))
-    given += ("," if len(positional) == 1 else "") + ")"
+    # The call as written, for a call through the dispatcher (a graph records it).
     body.append(f"return $self._general_call({inputs}, {keywords}, {given}, $written)")
     source = f"def $function({', '.join(header)}):\n" + "".join(f"    {b}\n" for b in body)
     call: Any = generated_function(

@@ -12,6 +12,7 @@ import torch
 from compatfn.core import _dynamo_tracing, _transforms_active
 from compatfn.library._convert import (
     MISSING,
+    given_by_position,
     keyword_lines,
     positional_parameters,
 )
@@ -347,11 +348,8 @@ def generated_call(opdef: Any) -> Callable:
     # Every parameter defaults to MISSING: what the caller left out stays out of a dispatcher call.
     # Taken by position only: a parameter given twice gets the dispatcher's error, not Python's.
     names = [n for n, _ in kinds]
-    by_position, naming = positional_parameters(names, g, "=$MISSING")
+    by_position, naming, given = positional_parameters(names, g, "=$MISSING")
     header = [*by_position, "*$args", "**$kwargs"]
-    given = "(" + ", ".join(f"$by_position_{i}" for i in range(len(names)))
-    given += ("," if len(names) == 1 else "") + ")"
-    g.update(Missing=type(MISSING), dict=dict, written=None)
     # The dispatcher gets the call as it was written (a graph records its keywords as keywords).
     dispatch = f"return $dispatch($state, {given}, $args, $written)"
     # The short path fills the function's defaults in.
@@ -362,8 +360,7 @@ def generated_call(opdef: Any) -> Callable:
             body += [f"if {p.name} is $MISSING:", f"    {p.name} = $default{i}"]
     body = [
         *naming,
-        "$written = $kwargs",
-        *keyword_lines(names, dispatch, copy=True),
+        *keyword_lines(names, dispatch, g),
         *_short_path_lines(opdef, kinds, g, body, dispatch),
     ]
     body.append(dispatch)
@@ -391,7 +388,4 @@ def _dispatcher_call(state: Dict[str, Any], given: tuple, args: tuple, kwargs: d
     not take): the operator, given what the caller gave as the caller gave it (``given``: the
     arguments given by position, then ``MISSING``), so that torch converts the arguments or
     raises its own error."""
-    count = len(given)
-    while count and given[count - 1] is MISSING:
-        count -= 1
-    return state["_opoverload"](*given[:count], *args, **kwargs)
+    return state["_opoverload"](*given_by_position(given), *args, **kwargs)
