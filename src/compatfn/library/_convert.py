@@ -26,7 +26,6 @@ __all__ = [
     "Conversion",
     "any_left_out",
     "conversions",
-    "given_arguments",
     "given_by_position",
     "wrong_call",
 ]
@@ -211,27 +210,19 @@ def any_left_out(values: Iterable[Any]) -> bool:
     return any(value.__class__ is _MissingType for value in values)
 
 
-def given_arguments(
-    names: Sequence[str], values: Sequence[Any]
-) -> Tuple[List[Any], Dict[str, Any]]:
-    """What a caller gave (``MISSING`` where a parameter was left out) as a call of the operator
-    takes it: positionally up to the first parameter left out, then by name.
+def given_by_position(given: tuple) -> tuple:
+    """The values a caller gave by position: ``given`` (the by-position parameters' values,
+    ``MISSING`` for each one not given) up to the first ``MISSING``.
 
     Example::
 
-        >>> given_arguments(["x", "s", "t"], [1, MISSING, 3])
-        ([1], {'t': 3})
+        >>> given_by_position((1, 2, MISSING))
+        (1, 2)
     """
-    positional: List[Any] = []
-    keywords: Dict[str, Any] = {}
-    for i, (name, value) in enumerate(zip(names, values)):
-        if value is MISSING:
-            continue
-        if len(positional) == i:  # nothing left out before it
-            positional.append(value)
-        else:
-            keywords[name] = value
-    return positional, keywords
+    count = len(given)
+    while count and given[count - 1].__class__ is _MissingType:  # dynamo 2.1 traces no ``is``
+        count -= 1
+    return given[:count]
 
 
 def positional_parameters(
@@ -255,70 +246,55 @@ def positional_parameters(
     return header + ["/"] * bool(header), lines, given
 
 
-def given_by_position(given: tuple) -> tuple:
-    """The values a caller gave by position: ``given`` (the by-position parameters' values,
-    ``MISSING`` for each one not given) up to the first ``MISSING``.
-
-    Example::
-
-        >>> given_by_position((1, 2, MISSING))
-        (1, 2)
-    """
-    count = len(given)
-    while count and given[count - 1].__class__ is _MissingType:  # dynamo 2.1 traces no ``is``
-        count -= 1
-    return given[:count]
-
-
 def keyword_lines(
     names: Sequence[str], wrong: str, globals_: Dict[str, Any], keyword_only: Sequence[str] = ()
 ) -> List[str]:
-    """Lines of a generated call keeping its keywords as written in ``$written`` and binding them
-    (from a copy of ``$kwargs``) to the parameters ``names``, taken by position only
-    (``positional_parameters``; each ``MISSING`` when not given), as Python binds them, except
-    that a parameter given both by position and by keyword runs ``wrong`` (the dispatcher's
-    error, not Python's ``TypeError``), and to the ``keyword_only`` ones (``MISSING`` when not
-    given; the header has none of them, so that ``$kwargs`` holds every keyword as written).
-    The copy is ``dict()``: dynamo 2.1 cannot trace ``dict.copy``."""
-    globals_.update(Missing=_MissingType, MISSING=MISSING, dict=dict, written=None)
+    """Lines of a generated call binding its keyword arguments to the parameters ``names``,
+    taken by position only (``positional_parameters``; each ``MISSING`` when not given), and to
+    the ``keyword_only`` ones (``MISSING`` when not given; the header has none of them), as
+    Python binds them, except that a parameter given both by position and by keyword, or a
+    keyword no parameter takes, runs ``wrong`` (the dispatcher's error, not Python's
+    ``TypeError``). ``$kwargs`` is read, never changed: it stays the keywords as written."""
+    globals_.update(Missing=_MissingType, MISSING=MISSING, len=len, taken=None)
     lines = [f"{name} = $MISSING" for name in keyword_only]
-    lines += ["$written = $kwargs", "if $kwargs:", "    $kwargs = $dict($kwargs)"]
+    lines += ["if $kwargs:", "    $taken = 0"]
     for name in names:
         lines += [
             f"    if {name!r} in $kwargs:",
             f"        if {name}.__class__ is not $Missing:",
             f"            {wrong}",
-            f"        {name} = $kwargs.pop({name!r})",
+            f"        {name} = $kwargs[{name!r}]",
+            "        $taken += 1",
         ]
     for name in keyword_only:
-        lines += [f"    if {name!r} in $kwargs:", f"        {name} = $kwargs.pop({name!r})"]
-    return lines
+        lines += [
+            f"    if {name!r} in $kwargs:",
+            f"        {name} = $kwargs[{name!r}]",
+            "        $taken += 1",
+        ]
+    return [*lines, "    if $taken != $len($kwargs):", f"        {wrong}"]
 
 
-def wrong_call(
-    op: CustomOp, values: tuple, keyword_only: Dict[str, Any], args: tuple, kwargs: Dict[str, Any]
-) -> Any:
-    """A call whose arguments do not fit ``op``'s signature (``values``: each positional
-    parameter's, ``MISSING`` where left out; ``args``/``kwargs``: what no parameter took): the
-    operator's own error where there is an operator, else the same error, built as torch's
-    dispatcher builds it (a parameter given twice still raises Python's TypeError)."""
+def wrong_call(op: CustomOp, given: tuple, args: tuple, kwargs: Dict[str, Any]) -> Any:
+    """A call whose arguments do not fit ``op``'s signature, as the caller wrote it (``given``:
+    the by-position parameters' values, ``MISSING`` where not given; ``args``: the values given
+    beyond them; ``kwargs``: the keywords): the operator's own error where there is an operator,
+    else the same error, built as torch's dispatcher builds it."""
     if op._opoverload is not None:
-        positional, keywords = given_arguments(op._positional, values)
-        keywords.update((k, v) for k, v in keyword_only.items() if v is not MISSING)
-        return op._opoverload(*positional, *args, **keywords, **kwargs)
-    given = dict(zip(op._positional, values), **keyword_only)
-    raise _dispatcher_error(op, given, args, kwargs)
+        return op._opoverload(*given_by_position(given), *args, **kwargs)
+    raise _dispatcher_error(op, given_by_position(given), args, kwargs)
 
 
 def _dispatcher_error(
-    op: CustomOp, given: Dict[str, Any], args: tuple, kwargs: Dict[str, Any]
+    op: CustomOp, positional: tuple, args: tuple, kwargs: Dict[str, Any]
 ) -> RuntimeError:
     """torch's error for a wrong call of an operator, its checks in its order."""
     name, declaration = op._qualname, f"{op._qualname}{op._schema}"
-    received = sum(v is not MISSING for v in given.values()) + len(args) + len(kwargs)
-    if received > len(given):
+    parameters = op._signature.parameters
+    received = len(positional) + len(args) + len(kwargs)
+    if received > len(parameters):
         return RuntimeError(
-            f"{name}() expected at most {len(given)} argument(s) but received {received} "
+            f"{name}() expected at most {len(parameters)} argument(s) but received {received} "
             f"argument(s). Declaration: {declaration}"
         )
     if args:
@@ -327,15 +303,16 @@ def _dispatcher_error(
             f"{name}() takes {count} positional argument(s) but {count + len(args)} was/were "
             f"given.  Declaration: {declaration}"
         )
-    parameters = op._signature.parameters
-    for parameter, value in given.items():
-        if value is MISSING and parameters[parameter].default is inspect.Parameter.empty:
+    by_position = op._positional[: len(positional)]
+    for parameter, p in parameters.items():
+        given = parameter in by_position or parameter in kwargs
+        if not given and p.default is inspect.Parameter.empty:
             return RuntimeError(
                 f"{name}() is missing value for argument '{parameter}'. Declaration: {declaration}"
             )
-    unknown = next((k for k in kwargs if k not in given), None)
+    unknown = next((k for k in kwargs if k not in parameters), None)
     if unknown is None:  # given by position too
-        twice = next(k for k in given if k in kwargs)
+        twice = next(k for k in kwargs if k in by_position)
         return RuntimeError(
             f"Argument '{twice}' specified both as positional and keyword argument. "
             f"Schema: {declaration}"

@@ -154,7 +154,7 @@ class CustomOp:
         else the kernels through autograd; torch's error for a required tensor left out (See
         NOTE: [the op's call])."""
         if any_left_out(inputs) or any_left_out(keyword_only.values()):
-            return wrong_call(self, inputs, keyword_only, (), {})
+            return wrong_call(self, given, (), written)
         self._check_tensor_arguments(inputs, keyword_only)
         if self._opoverload is not None:
             if not self._eager_ok(inputs, keyword_only):

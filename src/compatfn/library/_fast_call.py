@@ -10,7 +10,12 @@ import torch
 from compatfn.core import _HAS_IS_COMPILING as HAS_DYNAMO
 from compatfn.core import _dynamo_tracing as dynamo_tracing
 from compatfn.library._autograd import simple_function
-from compatfn.library._convert import MISSING, keyword_lines, positional_parameters, wrong_call
+from compatfn.library._convert import (
+    MISSING,
+    keyword_lines,
+    positional_parameters,
+    wrong_call,
+)
 from compatfn.library._facts import (
     C_APPLY,
     HAS_INFERENCE_MODE,
@@ -151,23 +156,21 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     return [f"if {' and '.join(plain) or 'True'}:"] + [f"    {line}" for line in short]
 
 
-def _argument_lines(
-    op: CustomOp, inputs: str, keywords: str, globals_: Dict[str, Any]
-) -> List[str]:
+def _argument_lines(op: CustomOp, given: str, globals_: Dict[str, Any]) -> List[str]:
     """Lines taking the call's arguments as the dispatcher takes them: a call that does not fit
     the op's signature goes to ``wrong_call`` (torch's error), a parameter left out gets its
     default, and each non-tensor argument is converted (``_convert``) after one exact-type test.
     A required tensor left out stays ``MISSING``: it fails the short path's tensor test, and
     ``CustomOp._general_call`` sends it to ``wrong_call``."""
-    globals_.update(Missing=type(MISSING), wrong_call=wrong_call)
+    globals_["wrong_call"] = wrong_call
     # While dynamo traces, a value of another type than the parameter's reaches the operator
     # as it is: dynamo converts it as for torch's own op (a numpy scalar is an ndarray to it).
     raw_under_dynamo = op._opoverload is not None and HAS_DYNAMO
     globals_["dynamo_tracing"] = dynamo_tracing
-    wrong = f"return $wrong_call($self, {inputs}, {keywords}, $args, $kwargs)"
+    wrong = f"return $wrong_call($self, {given}, $args, $kwargs)"
     lines = [
         *keyword_lines(op._positional, wrong, globals_, op._keyword_only),
-        "if $args or $kwargs:",
+        "if $args:",
         f"    {wrong}",
     ]
     for i, p in enumerate(op._signature.parameters.values()):
@@ -256,11 +259,12 @@ def generated_call(op: CustomOp) -> Any:
     }
     by_position, naming, given = positional_parameters(positional, globals_)
     header = ["$self", *by_position, "*$args", "**$kwargs"]
-    body = [*naming, *_argument_lines(op, inputs, keywords, globals_)]
+    # The values given by position and the keywords as written (``$kwargs``), for a wrong call
+    # and a call through the dispatcher (a graph records them as written).
+    body = [*naming, *_argument_lines(op, given, globals_)]
     if op._short_path_ok():
         body += _short_path_lines(op, globals_)
-    # The call as written, for a call through the dispatcher (a graph records it).
-    body.append(f"return $self._general_call({inputs}, {keywords}, {given}, $written)")
+    body.append(f"return $self._general_call({inputs}, {keywords}, {given}, $kwargs)")
     source = f"def $function({', '.join(header)}):\n" + "".join(f"    {b}\n" for b in body)
     call: Any = generated_function(
         source,

@@ -215,7 +215,7 @@ def _short_path_lines(
     names = [n for n, _ in kinds]
     tensors = [n for n, kind in kinds if kind is None]
     test = [f"not ({' or '.join(_probes(opdef, g))})"]
-    test.append("not ($args or $kwargs)")
+    test.append("not $args")
     # Tensors the dispatcher would hand to another kernel or fallback first, or that torch's own
     # checks treat apart: other layouts (sparse, mkldnn: torch 2.4-2.8 cannot read their
     # storage), meta, nested, and lazily conjugated or negated views (the fallbacks materialize
@@ -351,7 +351,7 @@ def generated_call(opdef: Any) -> Callable:
     by_position, naming, given = positional_parameters(names, g, "=$MISSING")
     header = [*by_position, "*$args", "**$kwargs"]
     # The dispatcher gets the call as it was written (a graph records its keywords as keywords).
-    dispatch = f"return $dispatch($state, {given}, $args, $written)"
+    dispatch = f"return $dispatch($state, {given}, $args, $kwargs)"
     # The short path fills the function's defaults in.
     body: List[str] = []
     for i, p in enumerate(params):
