@@ -289,6 +289,7 @@ _WRITTEN_CALLS = {  # a call, and what torch's own op hands the dispatcher: (by 
     "positional": (lambda op, x: op(x, 3.0), (2, [])),
     "keyword": (lambda op, x: op(x, s=3.0), (1, ["s"])),
     "all_keywords": (lambda op, x: op(s=3.0, x=x), (0, ["s", "x"])),
+    "tensor_by_keyword": (lambda op, x: op(x=x), (0, ["x"])),
     "default_left_out": (lambda op, x: op(x), (1, [])),
     "keyword_only": (lambda op, x: op(x, shift=1.0), (1, ["shift"])),
 }

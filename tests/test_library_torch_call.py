@@ -552,26 +552,3 @@ def test_gradients_see_the_arguments_torch_passes():
             op(x, *args).sum().backward()
     assert seen[0] == seen[1]
     assert spy.calls == 1  # only (2, 3): an int for a float goes to the dispatcher
-
-
-@pytest.mark.parametrize(
-    "call",
-    [
-        lambda op, x: op(x, s=3.0),
-        lambda op, x: op(x=x),
-        lambda op, x: op(s=3.0, x=x),
-        lambda op, x: op(x, 3.0),
-    ],
-    ids=["keyword", "tensor_by_keyword", "reordered", "positional"],
-)
-def test_a_traced_call_keeps_its_keywords(call: Callable) -> None:
-    """A call through the dispatcher reaches the operator as written: a torch.fx graph records
-    the keywords as keywords, as for torch's own op (before: by position)."""
-
-    def recorded(op: Any) -> Tuple[int, List[str]]:
-        graph = torch.fx.symbolic_trace(lambda x: call(op, x)).graph
-        (node,) = [n for n in graph.nodes if n.op == "call_function"]
-        return len(node.args), sorted(node.kwargs)
-
-    ours, control = pair()
-    assert recorded(ours) == recorded(control)
