@@ -11,7 +11,7 @@ from torch.types import Number
 
 from compatfn import library
 from compatfn.library import _facts
-from library_support import TIERS, make
+from library_support import TIERS, fresh, make
 
 
 @pytest.mark.parametrize(
@@ -65,3 +65,41 @@ def test_number_is_a_scalar():
         # Evaluated annotations: torch 2.5-2.6 cannot resolve this module's string "Number".
         f.__annotations__ = typing.get_type_hints(f)
         assert schema == torch.library.infer_schema(f, mutates_args=())
+
+
+_STRING_ANNOTATED = {  # string annotations (this module's __future__ import) torch reads too
+    "one_tuple": ("(x: torch.Tensor) -> typing.Tuple[torch.Tensor]", ()),
+    "unknown_mutation": ("(x: torch.Tensor, y: torch.Tensor) -> None", "unknown"),
+    "pep604": (
+        "(x: torch.Tensor, b: torch.Tensor | None = None, n: int | None = None) -> torch.Tensor",
+        (),
+    ),
+    "unresolvable": ("(x: Tensor) -> torch.Tensor", ()),  # no Tensor in the module
+}
+
+
+@pytest.mark.skipif(
+    not _facts.infers_from_string_annotations(),
+    reason=f"torch {torch.__version__}'s own inference misreads string annotations",
+)
+@pytest.mark.parametrize("case", list(_STRING_ANNOTATED))
+def test_string_annotations_give_torchs_own_schema_and_errors(case):
+    """Where torch's inference reads string annotations, the op's schema (or error) is what
+    torch's own custom_op gives: compatfn's inference wrote ``-> Tensor`` for a one-element
+    tuple, refused ``X | None`` and ``mutates_args="unknown"``, took ``Tensor`` unimported."""
+    import sys
+
+    signature, mutates = _STRING_ANNOTATED[case]
+    if case == "pep604" and sys.version_info < (3, 10):
+        pytest.skip("X | None needs Python 3.10")
+    namespace: dict = {"torch": torch, "typing": typing}
+    exec(f"from __future__ import annotations\ndef f{signature}:\n    pass\n", namespace)
+    outcomes = []
+    for define in (library.custom_op, torch.library.custom_op):
+        name = f"{fresh('strings')}::f"
+        try:
+            op = define(name, namespace["f"], mutates_args=mutates)
+            outcomes.append(str(op._opoverload._schema).split("::f", 1)[1])
+        except ValueError as error:
+            outcomes.append(f"ValueError: {error}")
+    assert outcomes[0] == outcomes[1]

@@ -350,6 +350,56 @@ def parser_reads_dtype_names() -> bool:
     return True
 
 
+_ANNOTATED_PROBES = """
+from typing import List, Optional, Sequence, Tuple
+
+
+def probe(
+    x: torch.Tensor,
+    y: Optional[torch.Tensor],
+    z: Sequence[torch.Tensor],
+    w: typing.Sequence[Optional[torch.Tensor]],
+    n: Optional[int] = None,
+    s: float = 1.0,
+    d: Optional[torch.dtype] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def probe_one(x: torch.Tensor, ns: List[int]) -> typing.Tuple[torch.Tensor]: ...
+
+
+def probe_list(x: torch.Tensor) -> List[torch.Tensor]: ...
+
+
+def probe_refused(x: dict) -> torch.Tensor: ...
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def infers_from_string_annotations() -> bool:
+    """Whether torch's own ``torch.library.infer_schema`` reads string annotations (``from
+    __future__ import annotations``) as it reads the same annotations written as objects
+    (See NOTE: [string annotations]): torch 2.4 refuses them, later releases misread some."""
+    infer = getattr(getattr(torch, "library", None), "infer_schema", None)  # torch >= 2.5
+    if infer is None:
+        return False
+    schemas = []
+    for header in ("", "from __future__ import annotations\n"):
+        namespace: Dict[str, Any] = {}
+        exec(header + "import typing\nimport torch\n" + _ANNOTATED_PROBES, namespace)
+        try:
+            schemas.append(
+                [infer(namespace[n], mutates_args=()) for n in ("probe", "probe_one", "probe_list")]
+            )
+            infer(namespace["probe_refused"], mutates_args=())
+        except ValueError:  # torch's error for the unsupported type, as it should be
+            continue
+        except Exception:  # any other failure: this torch does not
+            return False
+        return False  # an unsupported type taken
+    return schemas[0] == schemas[1]
+
+
 #: c10's ScalarType numbers (fixed in c10/core/ScalarType.h since torch 1.0), for the schema
 #: default of a dtype parameter on torch < 2.4.
 # Upstream: https://github.com/pytorch/pytorch/blob/v1.13.1/c10/core/ScalarType.h#L43

@@ -13,6 +13,7 @@ import torch
 from compatfn.library._facts import (
     CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS,
     TORCH_CUSTOM_OP_TAKES_TAGS,
+    infers_from_string_annotations,
     parser_reads_dtype_names,
 )
 from compatfn.library._infer_schema import infer_schema, schema_for_this_torch
@@ -25,10 +26,15 @@ __all__ = ["define_with_torch"]
 # torch's own schema inference mishandles string annotations (``from __future__ import
 # annotations``): torch 2.4 rejects every one ("Parameter x has unsupported type torch.Tensor",
 # https://github.com/pytorch/pytorch/issues/105157, partly fixed by
-# https://github.com/pytorch/pytorch/pull/128809 for 2.5), and torch 2.5-2.8 (measured) still fail
-# on ``"Optional[torch.Tensor]"`` and ``"Sequence[torch.Tensor]"`` ("'str' object has no attribute
-# '__origin__'"). For a function with string annotations compatfn always hands torch the schema it
-# inferred itself (the same text torch infers for real annotations).
+# https://github.com/pytorch/pytorch/pull/128809 for 2.5), and releases after it were measured
+# failing on some (``"Optional[torch.Tensor]"``: "'str' object has no attribute '__origin__'").
+# Where torch's own inference reads them as it reads the same annotations written as objects,
+# and refuses an unsupported one with its ValueError (checked once:
+# ``infers_from_string_annotations``; measured true on 2.10, 2.13 and 2.15; false on 2.4, 2.7,
+# 2.8 and 2.9: 2.7 and 2.8 raise an AttributeError for ``x: "dict"``), torch infers the schema,
+# as for its own op (``X | None``, a one-element tuple's ``((Tensor))``,
+# ``mutates_args="unknown"`` and torch's errors included); elsewhere compatfn hands torch the
+# schema it inferred itself (the text torch infers for real annotations).
 
 
 def _has_string_annotations(fn: Callable) -> bool:
@@ -87,11 +93,12 @@ def define_with_torch(
     tags: Any,
 ) -> Any:
     """``torch.library.custom_op(name, fn, ...)``: torch's ``CustomOpDef``."""
-    if schema is None and (_has_string_annotations(fn) or not parser_reads_dtype_names()):
+    strings = _has_string_annotations(fn) and not infers_from_string_annotations()
+    if schema is None and (strings or not parser_reads_dtype_names()):
         # See NOTE: [string annotations]; torch 2.4's own inference writes a dtype default that
         # its parser refuses (``parser_reads_dtype_names``).
         inferred = infer_schema(fn, mutates_args)
-        if _has_string_annotations(fn) or schema_for_this_torch(inferred) != inferred:
+        if strings or schema_for_this_torch(inferred) != inferred:
             schema = schema_for_this_torch(inferred)
     if tags is not None and not TORCH_CUSTOM_OP_TAKES_TAGS:
         raise RuntimeError(
