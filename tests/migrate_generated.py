@@ -23,8 +23,13 @@ from hypothesis import strategies as st
 
 SHAPE = (3,)
 HEADER = """\
+import itertools
+
 import torch
 from torch.autograd import Function
+
+_STATE = {"k": 2.0}
+_COUNTER = itertools.count(1)
 
 
 def _double(t):
@@ -33,6 +38,30 @@ def _double(t):
 
 def _keep(ctx, t):
     ctx.kept = t
+
+
+def _bump(t):  # changes its argument without saying so
+    t.mul_(2)
+
+
+def _bump_all(ts):
+    for t in ts:
+        t.add_(1)
+
+
+class _Grid:  # a Triton-style launcher: writes into its output buffer
+    def __getitem__(self, grid):
+        def launch(src, out):
+            out.add_(src)
+
+        return launch
+
+
+_launch = _Grid()
+
+
+def _tick():  # changes module state
+    _STATE["k"] += 1.0
 """
 
 
@@ -144,6 +173,8 @@ class _Writer:
         kinds += ["rng", "random_attr", "overwrite", "non_differentiable", "materialize"]
         kinds += ["maybe_read"] if set(self.all_attrs) - set(scope.attrs) else []
         kinds += ["helper"] if self.draw(st.integers(0, 4)) == 0 else []
+        kinds += ["opaque"] if scope.fresh else []
+        kinds += ["tick"]
         kind = self.pick(kinds)
         return getattr(self, f"_{kind}")(scope, depth, indent)
 
@@ -165,9 +196,24 @@ class _Writer:
         target = self.pick(scope.fresh)
         return [f"{indent}{target}.{self.pick(['mul_(2)', 'add_(1)', 'clamp_(min=-1)'])}"]
 
+    def _opaque(self, scope: Scope, depth: int, indent: str) -> List[str]:
+        """A call that changes a tensor in place without saying so in its spelling."""
+        target = self.pick(scope.fresh)
+        call = self.pick(
+            [
+                f"_bump({target})",
+                f"_bump_all([{target}])",
+                f"_launch[(1,)]({self.pick(scope.tensors)}, {target})",
+            ]
+        )
+        return [f"{indent}{call}"]
+
+    def _tick(self, scope: Scope, depth: int, indent: str) -> List[str]:
+        return [f"{indent}_tick()"]
+
     def _attr(self, scope: Scope, depth: int, indent: str) -> List[str]:
         name = self.name("a")
-        choices = ["tensor_name", "tensor_expr"]
+        choices = ["tensor_name", "tensor_expr", "state"]
         choices += ["scalar"] if scope.scalars else []
         choices += ["callable"] if scope.callables else []
         choice = self.pick(choices)
@@ -177,6 +223,11 @@ class _Writer:
             value, kind = self.tensor_expr(scope), "tensor"
         elif choice == "scalar":
             value, kind = self.pick(scope.scalars), "scalar"
+        elif choice == "state":
+            value = self.pick(
+                ['_STATE["k"]', "next(_COUNTER)", f"float({self.pick(scope.tensors)}.sum())"]
+            )
+            kind = "scalar"
         else:
             value, kind = self.pick(scope.callables), "callable"
         scope.attrs[name] = kind

@@ -932,3 +932,46 @@ def test_a_name_assigned_on_some_paths_is_returned_as_none_on_the_others():
     assert "        y = None\n        if x.requires_grad:\n            y = x * 2\n" in new
     plain = load(new)["MaybeDouble"].apply(torch.ones(3, dtype=torch.float64))
     assert torch.equal(plain, torch.full((3,), 3.0, dtype=torch.float64))
+
+
+_REFUSED_AND_FIXED = {
+    # forward's body as refused, the message's fix, forward's body with the fix made
+    "dict_item": (
+        'ctx.__dict__["k"] = 3.0\n        return x * 2',
+        "set the attribute itself (ctx.name = value)",
+        "ctx.k = 3.0\n        return x * 2",
+    ),
+    "getattr": (
+        'ctx.k = 3.0\n        y = x * getattr(ctx, "k", 2.0)\n        return y',
+        "keep the value in a name of forward's own",
+        "k = 3.0\n        ctx.k = k\n        y = x * k\n        return y",
+    ),
+    "setattr": (
+        'for i in range(2):\n            setattr(ctx, f"o{i}", x * i)\n        return x * 2',
+        "collect the values in a list or dict and set one ctx attribute to it",
+        "values = [x * i for i in range(2)]\n        ctx.values = values\n        return x * 2",
+    ),
+    "early_return": (
+        "ctx.k = 2.0\n        if x.sum() > 100:\n            return x\n        return x * 2",
+        "assign the result to a name and return it once, at the end",
+        "ctx.k = 2.0\n        y = x * 2\n        if x.sum() > 100:\n            y = x\n"
+        "        return y",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(_REFUSED_AND_FIXED))
+def test_a_refusal_names_its_cause_and_a_fix_that_works(case):
+    refused, fix, fixed = _REFUSED_AND_FIXED[case]
+
+    def module(body: str) -> str:
+        return (
+            "import torch\n\n\nclass Case(torch.autograd.Function):\n"
+            "    @staticmethod\n"
+            f"    def forward(ctx, x):\n        {body}\n\n"
+            "    @staticmethod\n    def backward(ctx, g):\n        return g * 2\n"
+        )
+
+    result = migrate_source(module(refused), "case.py")
+    assert result.migrated == [] and fix in result.refusals[0].reason
+    assert_same_behaviour(module(fixed), "Case", torch.arange(3.0))

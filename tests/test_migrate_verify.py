@@ -126,6 +126,26 @@ def test_verify_runs_the_command_on_both_trees_and_compares_every_call(tmp_path)
     assert (cwd / "lib" / "ops.py").read_text() == LEGACY_SQUARE  # the tree is left as it was
 
 
+def test_verify_records_calls_through_a_module_level_alias_of_apply(tmp_path):
+    """``square = Square.apply`` at module level (flash-attn's ``flash_attn_func``) took the
+    apply from before the recorder wrapped it: the calls went unrecorded ("never exercised",
+    exit 0) even where the migrated class differed."""
+    import sys
+
+    cwd = _project(tmp_path)
+    ops = cwd / "lib" / "ops.py"
+    ops.write_text(ops.read_text() + "\n\nsquare = Square.apply\n")
+    check = cwd / "check.py"
+    check.write_text(
+        check.read_text()
+        .replace("from lib.ops import Square", "from lib.ops import Square, square")
+        .replace("Square.apply(x * 2)", "square(x * 2)")
+    )
+    done = migrate_cli("lib", "--verify", sys.executable, "check.py", cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    assert "lib/ops.py: lib.ops.Square: 2 calls, 2 identical: identical" in done.stdout
+
+
 FACTORIES = """\
 import torch
 
@@ -309,3 +329,23 @@ def test_a_test_command_run_from_a_relative_virtual_environment_is_found(tmp_pat
         os.chdir(old)
     out = capsys.readouterr().out
     assert status == 0 and "lib.ops.Square: 2 calls, 2 identical: identical" in out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["nosuchdir"], "error: nosuchdir does not exist"),
+        (["../elsewhere"], "error: ../elsewhere is outside the current folder"),
+        (["lib", "--decorator", "foo"], "error: --decorator 'foo' is not MODULE:NAME"),
+    ],
+)
+def test_user_mistakes_under_verify_are_one_line_errors(tmp_path, args, message):
+    """They were tracebacks from the copy or the migration (without --verify: one line)."""
+    import sys
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "project").mkdir()
+    cwd = _project(tmp_path / "project")
+    done = migrate_cli(*args, "--verify", sys.executable, "check.py", cwd=cwd)
+    assert done.returncode == 2
+    assert done.stderr.startswith(message) and "Traceback" not in done.stderr

@@ -4,7 +4,7 @@ setup_context runs, classifying every value those statements read (input, output
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -18,6 +18,7 @@ from ._branches import (
     with_misuse,
 )
 from ._ctx_uses import ReadBacks, ctx_misuse, is_ctx_statement, reads_attribute
+from ._effects import runs_in_other_state
 from ._outputs import ends_with, outputs, returns, returns_one_tuple, views_of_saved_inputs
 from ._placement import Placement, Values
 from ._syntax import (
@@ -66,7 +67,12 @@ class ForwardAnalysis:
     """Split one legacy forward; raise :class:`Refused` when it cannot be done safely."""
 
     def __init__(
-        self, fn: cst.FunctionDef, kind: str, grads: Optional[int], torch_name: Optional[str] = None
+        self,
+        fn: cst.FunctionDef,
+        kind: str,
+        grads: Optional[int],
+        torch_name: Optional[str] = None,
+        imports: Optional[Dict[str, str]] = None,
     ) -> None:
         self.fn = fn
         params = positional_params(fn, "forward", allow_star=True)
@@ -103,7 +109,15 @@ class ForwardAnalysis:
         if torch_name is not None and torch_name not in local:
             self.body = self._needs_input_grad_from_inputs(torch_name)
         self.placement = Placement(
-            self.body, self.ctx, self.cls, self.param_names, self.readbacks, self.values, self.taken
+            self.body,
+            self.ctx,
+            self.cls,
+            self.param_names,
+            self.readbacks,
+            self.values,
+            self.taken,
+            imports or {},
+            runs_in_other_state(fn),
         )
 
     def _needs_input_grad_from_inputs(self, torch_name: str) -> List[cst.BaseStatement]:
@@ -171,7 +185,8 @@ class ForwardAnalysis:
             raise Refused("forward has no return statement; end it with `return <output>`", self.fn)
         if has_ctx and (len(found) != 1 or not ends_with(self.body, found[0])):
             raise Refused(
-                "forward returns from more than one place (an early return skips ctx calls)",
+                "forward returns from more than one place (an early return skips ctx calls); "
+                "assign the result to a name and return it once, at the end, to let it through",
                 self.fn,
             )
 

@@ -102,15 +102,31 @@ def main(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     """``--verify PATH... -- COMMAND...``."""
+    from ._command import decorator_spec, python_files
     from ._verify import verify
 
     command = list(args.verify)
     command = command[1:] if command[:1] == ["--"] else command
     paths = list(args.paths)
     if not command:
-        print("error: --verify needs a test command after --", file=sys.stderr)
+        print("error: --verify needs a test command after it", file=sys.stderr)
         return 2
     if not paths:
-        print("error: --verify needs a PATH to migrate before --", file=sys.stderr)
+        print("error: --verify needs a PATH to migrate before it", file=sys.stderr)
+        return 2
+    here = Path.cwd().resolve()
+    for path in paths:
+        if here not in (here / path).resolve().parents and (here / path).resolve() != here:
+            print(
+                f"error: {path} is outside the current folder, which --verify copies; run it "
+                "from a folder that holds both the code and its tests",
+                file=sys.stderr,
+            )
+            return 2
+    try:
+        decorator_spec(args.decorator)
+        python_files(paths)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     return verify(paths, command, args.decorator, args.verify_timeout)

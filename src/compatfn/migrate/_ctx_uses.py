@@ -179,6 +179,12 @@ def _describe_ctx_use(name: cst.Name, parents: List[cst.CSTNode]) -> str:
                 f"a name and set ctx.{attr} = name once to let it through"
             )
         if any(isinstance(node, cst.AssignTarget) for node in parents):
+            if isinstance(grand, cst.Subscript) and grand.value is parent:
+                hint = "name" if attr == "__dict__" else "..."
+                return (
+                    f"forward sets an item of ctx.{attr} (ctx.{attr}[...] = value); set the "
+                    f"attribute itself (ctx.{hint} = value) to let it through"
+                )
             return (
                 f"forward assigns ctx.{attr} together with other targets; write "
                 f"`ctx.{attr} = value` on a line of its own to let it through"
@@ -208,6 +214,18 @@ def _with_reason(parents: List[cst.CSTNode]) -> str:
 
 def _passes_ctx(call: cst.Call) -> str:
     callee = dotted(call.func) or source_of(call.func)
+    if callee in ("getattr", "hasattr"):
+        return (
+            f"forward reads a ctx attribute by name ({callee}(ctx, ...)); read ctx.<name> "
+            "where forward sets it, or keep the value in a name of forward's own, to let it "
+            "through"
+        )
+    if callee == "setattr":
+        return (
+            "forward sets ctx attributes by name (setattr(ctx, ...)); collect the values in "
+            "a list or dict and set one ctx attribute to it (ctx.values = values) to let it "
+            "through"
+        )
     return (
         f"forward passes ctx to {callee}(), which migrate does not follow; move what it does "
         "with ctx into forward (ctx calls and ctx.attr = ... there) to let it through"

@@ -9,6 +9,7 @@ from typing import List, Optional, Sequence, Set, Union
 import libcst as cst
 
 from ._ctx_uses import draws_random, is_ctx_statement, value_expressions
+from ._effects import Later, reevaluation_problem
 from ._syntax import Refused, alias_groups, bindings, free_names, loaded_names, walk
 
 
@@ -17,9 +18,11 @@ def check_recomputable(
     changed: Set[str],
     stmt: cst.BaseStatement,
     where: str,
+    effects: Optional[Later] = None,
 ) -> None:
-    """Refuse ctx values that setup_context would compute differently: random draws, and
-    values read from names forward changes in place later (see NOTE: [in-place changes])."""
+    """Refuse ctx values that setup_context would compute differently: random draws, values
+    read from names forward changes in place later (see NOTE: [in-place changes]) and what
+    ``effects`` says forward's later calls may change (see NOTE: [calls forward makes])."""
     for node in statements:
         for line in walk(node):
             if not isinstance(line, cst.SimpleStatementLine):
@@ -38,6 +41,19 @@ def check_recomputable(
                         f"forward computes a ctx value {where} from {min(names)}, which it "
                         "changes in place later; compute it into a name before the block "
                         "and pass the name to let it through",
+                        stmt,
+                    )
+                if effects is None:
+                    continue
+                problem = reevaluation_problem(expr, effects)
+                starred = starred_argument(line.body[0], position)
+                if starred and isinstance(expr, cst.Name) and expr.value in effects.handed:
+                    problem = f"{expr.value}, which forward hands to a call later"
+                if problem is not None:
+                    raise Refused(
+                        f"forward computes a ctx value {where} from {problem}; compute it "
+                        "into a name on a line of its own just before the ctx statement and "
+                        "pass the name to let it through",
                         stmt,
                     )
 

@@ -4,12 +4,18 @@ snapshot, setup_context runs the statement), classifying every value it reads.""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
 from ._branches import IfSplit, flag_branches, if_tests, is_plain, plain_test
 from ._ctx_uses import ReadBacks, draws_random, reads_attribute, value_expressions
+from ._effects import (
+    Later,
+    handed_to_calls,
+    makes_unknown_calls,
+    reevaluation_problem,
+)
 from ._lift import lift_if
 from ._order import check_branch_order, check_order, check_recomputable, starred_argument
 from ._syntax import (
@@ -48,6 +54,8 @@ class Placement:
     readbacks: ReadBacks
     values: Values
     taken: Set[str]  # names in use; snapshot names are added to it
+    imports: Dict[str, str] = field(default_factory=dict)  # the file's: name -> dotted path
+    other_state: str = ""  # what forward's decorators change (runs_in_other_state)
 
     def _later(self, index: int) -> Tuple[Set[str], Set[str]]:
         assigned: Set[str] = set()
@@ -65,6 +73,24 @@ class Placement:
         groups = alias_groups(self.body)
         return direct.union(*(groups.get(name, set()) for name in direct))
 
+    def _later_effects(self, index: int, block: Sequence[cst.CSTNode] = ()) -> Later:
+        """What the calls after ``body[index]`` may change (see NOTE: [calls forward makes]);
+        with the calls of ``block`` (what forward keeps of a split ``if`` or ``with``, whose
+        ctx statements run in setup_context after all of it)."""
+        later = [*block, *self.body[index + 1 :]]
+        handed: Set[str] = set().union(*(handed_to_calls(s, self.imports) for s in later))
+        groups = alias_groups(self.body)
+        local = {self.ctx, *self.param_names, *([self.cls] if self.cls else [])}
+        for stmt in self.body:
+            local |= bindings(stmt)[0]
+        return Later(
+            handed=handed.union(*(groups.get(name, set()) for name in handed)),
+            unknown_calls=any(makes_unknown_calls(s, self.imports) for s in later),
+            imports=self.imports,
+            local=local,
+            other_state=self.other_state,
+        )
+
     def _earlier_assigned(self, index: int) -> Set[str]:
         assigned: Set[str] = set()
         for stmt in self.body[:index]:
@@ -78,13 +104,14 @@ class Placement:
         keep in its place and the statement setup_context runs."""
         later_assigned = self._later(index)[0]
         later_changed = self._changed_later(index)
+        effects = self._later_effects(index)
         earlier = self._earlier_assigned(index)
         if self.cls is not None and self.cls in loaded_names(stmt):
             raise Refused(f"a ctx value is computed with {self.cls}", stmt)
         if isinstance(stmt, cst.If) and draws_random(stmt):
             return self._lift(index, stmt)
         if isinstance(stmt, cst.If):
-            check_recomputable([stmt], later_changed, stmt, "under a condition")
+            check_recomputable([stmt], later_changed, stmt, "under a condition", effects)
             self._classify_block(index, stmt, earlier, later_assigned)
             return [], stmt
         assert isinstance(stmt, cst.SimpleStatementLine)
@@ -104,8 +131,9 @@ class Placement:
                     kinds[n] == "intermediate" and n in later_assigned for n in names
                 )  # reassigned later: the value at this point is gone
                 or (not bare and bool(names & later_changed))
+                or reevaluation_problem(expr, effects) is not None
             )
-            if starred and bare and names & later_changed:
+            if starred and bare and names & (later_changed | effects.handed):
                 raise Refused(
                     f"forward passes *{source_of(expr)} to a ctx call and changes "
                     f"{source_of(expr)} in place later; pass *tuple({source_of(expr)}) to let it "
@@ -138,10 +166,14 @@ class Placement:
         earlier = self._earlier_assigned(index)
         changed = earlier | later_assigned | self._changed_later(index)
 
+        effects = self._later_effects(index)
+
         def reevaluable(test: cst.BaseExpression) -> bool:
             names = loaded_names(test)
-            return plain_test(test) and all(
-                n in self.param_names and n not in changed for n in names
+            return (
+                plain_test(test)
+                and all(n in self.param_names and n not in changed for n in names)
+                and reevaluation_problem(test, effects) is None
             )
 
         lift = lift_if(stmt, self.ctx, self.taken, reevaluable)
@@ -206,10 +238,14 @@ class Placement:
                 )
             self._record(name, kind)
 
-    def _untestable(self, test: cst.BaseExpression, index: int, inside: Set[str]) -> Optional[str]:
+    def _untestable(
+        self, test: cst.BaseExpression, index: int, inside: Set[str], calls: bool = True
+    ) -> Optional[str]:
         """A name ``test`` reads that setup_context could not test again as forward did: one
         changed in place later, or assigned or changed inside the ``if`` (``inside``); or a value
-        forward computes, unless ``test`` only names it (``if needs_grad:``: handed over)."""
+        forward computes, unless ``test`` only names it (``if needs_grad:``: handed over); with
+        ``calls``, what forward's calls may change or a call made again may answer otherwise
+        (see NOTE: [calls forward makes])."""
         later_assigned, later_mutated = self._later(index)
         earlier = self._earlier_assigned(index)
         plain = plain_test(test)
@@ -219,12 +255,16 @@ class Placement:
                 return name
             if kind == "intermediate" and (not plain or name in later_assigned):
                 return name
+        if calls and reevaluation_problem(test, self._later_effects(index)) is not None:
+            return min(loaded_names(test) - {self.ctx}, default=source_of(test))
         return None
 
     def needs_flag(self, index: int, stmt: cst.If, inside: Optional[Set[str]] = None) -> bool:
         """Whether setup_context must learn from forward which branch of ``stmt`` ran (see
-        NOTE: [branch flags])."""
-        return any(self._untestable(t, index, inside or set()) for t in if_tests(stmt))
+        NOTE: [branch flags]; an ``if`` that reads the random state tests its conditions as
+        NOTE: [random state under a condition] says)."""
+        calls = not draws_random(stmt)
+        return any(self._untestable(t, index, inside or set(), calls) for t in if_tests(stmt))
 
     def place_split(
         self, index: int, stmt: cst.If, split: IfSplit
@@ -263,7 +303,13 @@ class Placement:
             for name in sorted(loaded_names(test) - {self.ctx}):
                 self._record(name, self._classify(name, earlier, later_assigned))
         check_branch_order(self.body, self.ctx, stmt)
-        check_recomputable(split.moved, self._changed_later(index), stmt, "under a condition")
+        check_recomputable(
+            split.moved,
+            self._changed_later(index),
+            stmt,
+            "under a condition",
+            self._later_effects(index, [split.forward]),
+        )
         for ctx_stmt in split.moved:
             for name in sorted(set(free_names(ctx_stmt)) - {self.ctx}):
                 kind = self._classify(name, earlier | inside, later_assigned)
@@ -295,7 +341,13 @@ class Placement:
         later_assigned, _ = self._later(index)
         earlier = self._earlier_assigned(index) | bindings(forward_with)[0]
         check_order(self.body, self.ctx, list(stmt.body.body), stmt, "inside a with block", "block")
-        check_recomputable(moved, self._changed_later(index), stmt, "inside a with block")
+        check_recomputable(
+            moved,
+            self._changed_later(index),
+            stmt,
+            "inside a with block",
+            self._later_effects(index, [forward_with]),
+        )
         for ctx_stmt in moved:
             assert isinstance(ctx_stmt, cst.SimpleStatementLine)
             small = ctx_stmt.body[0]

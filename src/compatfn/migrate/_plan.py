@@ -243,7 +243,7 @@ class Planner:
     def _plan_forward(
         self, plan: Plan, forward: cst.FunctionDef, kind: str, grads: Optional[int]
     ) -> None:
-        analysis = ForwardAnalysis(forward, kind, grads, self.torch_module())
+        analysis = ForwardAnalysis(forward, kind, grads, self.torch_module(), self.names.imports)
         split = analysis.split()
         plan.intermediates = len(split.values.intermediates)
         plan.forward_params = split.params

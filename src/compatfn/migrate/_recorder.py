@@ -2,7 +2,8 @@
 --verify``: in every Python process of the user's test command, it records each call of the
 Functions named in ``COMPATFN_VERIFY_CLASSES`` (``{file: [class names]}``) as their modules are
 imported: inputs, outputs and the gradients their backward returns, saved at exit into
-``COMPATFN_VERIFY_OUT`` under ``module:qualname``. It wraps only those classes' ``apply``;
+``COMPATFN_VERIFY_OUT`` under ``module:qualname``. It wraps only those classes' ``apply`` (and
+the module's own names bound to it: ``fn = Fn.apply``);
 torch is left as it is. A class defined inside a function (a factory) is wrapped each time that
 function's frame returns: the module-level function holding it is wrapped to watch its calls
 (``sys.setprofile``, the previous profiler kept). Standard library only until a recorded class
@@ -71,7 +72,9 @@ def _wrap(module, path):
     for name in _TARGETS[path]:
         cls = _find(module, name)
         if cls is not None:
+            before = cls.apply
             _wrap_class(cls)
+            _rebind_aliases(module, before, cls.apply)
             continue
         for holder, attribute, watched in _factories(module, name):
             setattr(holder, attribute, watched)
@@ -82,6 +85,25 @@ def _wrap_class(cls):
     if getattr(getattr(raw, "__func__", None), "_compatfn_verify", False):
         return  # already recording (a factory's frame returning the same class again)
     cls.apply = _recording(raw)
+
+
+def _rebind_aliases(module, before, after):
+    """Module-level names (and class attributes) bound to a class's ``apply`` while the module
+    ran (``flash_attn_func = FlashAttnFunc.apply``) record too: bound again to ``after``."""
+    holders = [module, *(v for v in vars(module).values() if isinstance(v, type))]
+    for holder in holders:
+        for attribute, value in list(vars(holder).items()):
+            if attribute == "apply":
+                continue  # a class's own apply (wrapped where it is a target)
+            if value is before or (type(value) is type(before) and _equal(value, before)):
+                setattr(holder, attribute, after)
+
+
+def _equal(a, b):
+    try:
+        return bool(a == b)
+    except Exception:  # an object whose == fails or is not a bool
+        return False
 
 
 def _find(module, name):

@@ -26,6 +26,7 @@ from ._plan import Plan, Planner, methods_of
 from ._soundness import unsound
 from ._syntax import Refused
 from ._targets import star_commas
+from ._unused import drop_unused_amp_imports
 
 DEFAULT_DECORATOR = "compatfn:function"
 LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
@@ -220,7 +221,8 @@ def migrate_source(
                 )
         result.migrated, result.notes = [], []
         return result
-    module = add_import(module.visit(ReplaceClasses(new)), planner.import_module, planner.api, path)
+    rewritten = drop_unused_amp_imports(module, module.visit(ReplaceClasses(new)))
+    module = add_import(rewritten, planner.import_module, planner.api, path)
     result.new_source = _wrapped(old, module.code, line_length, path)
     return result
 

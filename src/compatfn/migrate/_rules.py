@@ -16,22 +16,30 @@ or from such a class in the same file) whose forward takes ctx:
   - a value they use that forward computed (not an input or output) becomes an intermediate:
     forward returns it after its outputs and the class gets @compatfn.function(intermediates=k);
     one that setup_context could not compute again (reassigned, deleted or changed in place
-    later, random) is computed in forward at the same place under a new name;
+    later, random, read from what a later call may change: a value handed to a function or
+    method migrate does not know, such as a kernel launch or a helper, or module state; made
+    with such a call, or with autocast or grad mode set by forward's decorator) is computed
+    in forward at the same place under a new name; a value's shape, dtype and device, and
+    which object it is, are not changed by calls;
   - @classmethod methods that do not use cls become @staticmethod; a forward or backward that
     uses cls becomes a classmethod _forward_impl/_backward_impl called from a staticmethod in
     the class and in each subclass in the same file; `return super().forward(ctx, ...)` chains
     to a migrated class in the same file are migrated with it;
   - torch.cuda.amp / torch.amp custom_fwd and custom_bwd (and module-level switches between
-    them) become compatfn.custom_fwd/custom_bwd(device_type=...); the switch itself stays;
+    them) become compatfn.custom_fwd/custom_bwd(device_type=...); the switch itself stays,
+    and an import of them nothing else uses goes (a try/except between two such imports
+    with it);
   - forward(ctx, a, *args) becomes forward(a, *args) (setup_context unpacks inputs[:1] and
     inputs[1:]); reads of ctx.attr in forward, where forward set it, use the value (a name of
     its own where needed); an if block (nested ifs included) that computes values and saves
     some of them is split: forward keeps the computation, setup_context the ctx statements
     under the same conditions (on inputs, or on a name forward hands over as it is); where a
-    condition tests a value forward computes, forward records which branch ran (branch_taken)
-    and setup_context tests that; a name only some paths assign starts as None; ctx attributes
-    set inside such blocks become local variables of forward; reads of ctx.needs_input_grad
-    in forward become a tuple computed first from the inputs (a tensor that requires grad);
+    condition tests a value forward computes, or one a later call may change, or makes such
+    a call (an if block made only of ctx statements too), forward records which branch ran
+    (branch_taken) and setup_context tests that; a name only some paths assign starts as
+    None; ctx attributes set inside such blocks become local variables of forward; reads of
+    ctx.needs_input_grad in forward become a tuple computed first from the inputs (a tensor
+    that requires grad);
     in with blocks of grad mode (torch.no_grad/enable_grad/set_grad_enabled), device guards
     (torch.cuda.device/device_of, torch.device) and autocast, ctx calls on plain names move to
     setup_context, ctx attributes become local variables computed in the block, and a tail of
@@ -73,11 +81,11 @@ given a computed value (name it first) or a name the block assigns again after t
 random value or the random state set on ctx in an if block that also computes values, or drawn
 in the condition of such a block, or a ctx value computed under a condition from a tensor
 forward changes in place later (through a view, an alias, out=, inplace= or a method ending in
-_); := in a statement that would move; a list passed as *args to a ctx call and changed after
-it; del ctx.attr; an input named ctx; early or bare returns next to ctx calls; keyword-only or
-**kwargs parameters; an instance-method forward (the legacy style torch no longer runs); unknown
-forward
-decorators; super() calls other than `return super().forward(ctx, ...)` to a migrated class in
+_) or from what a later call may change (name it first); := in a statement that would move;
+a list passed as *args to a ctx call and changed after it; del ctx.attr; an input named ctx;
+early or bare returns next to ctx calls; keyword-only or **kwargs parameters; an
+instance-method forward (the legacy style torch no longer runs); unknown forward decorators;
+super() calls other than `return super().forward(ctx, ...)` to a migrated class in
 the same file, and a backward that calls super(); a whole in-file class hierarchy when one of
 its classes is refused; a class deriving from torch's InplaceFunction or NestedIOFunction;
 every class of a file LibCST cannot write back byte for byte (a form feed inside a class, a

@@ -13,8 +13,6 @@ import functools
 
 import compatfn
 import torch
-from torch.cuda.amp import custom_bwd as amp_bwd
-from torch.cuda.amp import custom_fwd as amp_fwd
 
 _RELEASE = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
 if _RELEASE >= (2, 4):
