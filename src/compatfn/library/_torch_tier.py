@@ -30,8 +30,8 @@ __all__ = ["define_with_torch"]
 # failing on some (``"Optional[torch.Tensor]"``: "'str' object has no attribute '__origin__'").
 # Where torch's own inference reads them as it reads the same annotations written as objects,
 # and refuses an unsupported one with its ValueError (checked once:
-# ``infers_from_string_annotations``; measured true on 2.10, 2.13 and 2.15; false on 2.4, 2.7,
-# 2.8 and 2.9: 2.7 and 2.8 raise an AttributeError for ``x: "dict"``), torch infers the schema,
+# ``infers_from_string_annotations``; measured true on 2.10-2.15; false on 2.4, 2.7, 2.8 and
+# 2.9: 2.7 and 2.8 raise an AttributeError for ``x: "dict"``), torch infers the schema,
 # as for its own op (``X | None``, a one-element tuple's ``((Tensor))``,
 # ``mutates_args="unknown"`` and torch's errors included); elsewhere compatfn hands torch the
 # schema it inferred itself (the text torch infers for real annotations).
