@@ -391,13 +391,22 @@ def infers_from_string_annotations() -> bool:
             schemas.append(
                 [infer(namespace[n], mutates_args=()) for n in ("probe", "probe_one", "probe_list")]
             )
-            infer(namespace["probe_refused"], mutates_args=())
-        except ValueError:  # torch's error for the unsupported type, as it should be
-            continue
-        except Exception:  # any other failure: this torch does not
+        except Exception:  # a supported annotation refused: this torch does not
             return False
-        return False  # an unsupported type taken
+        if not _refuses(infer, namespace["probe_refused"]):
+            return False
     return schemas[0] == schemas[1]
+
+
+def _refuses(infer: Callable, fn: Callable) -> bool:
+    """Whether ``infer`` refuses ``fn``'s unsupported annotation with torch's ValueError."""
+    try:
+        infer(fn, mutates_args=())
+    except ValueError:
+        return True
+    except Exception:  # another error (torch 2.7/2.8's AttributeError for "dict")
+        return False
+    return False
 
 
 #: c10's ScalarType numbers (fixed in c10/core/ScalarType.h since torch 1.0), for the schema
