@@ -965,9 +965,11 @@ def _legacy_forward(
     setup_context: Optional[Callable],
     finish: Any = None,
     intermediates: Optional[Tuple[int, Callable]] = None,
+    owner: Optional[type] = None,
 ) -> Callable:
     """``forward(ctx, <forward's own parameters>)``: runs ``forward``, then ``setup_context``
-    (where given).
+    (where given); with ``owner``, ``owner.forward`` and ``owner.setup_context`` as they are at
+    the call (See NOTE: [the class as it is at the call]).
 
     Generated with forward's real parameter names and defaults, not ``(ctx, *args)``, so that
     dynamo (torch >= 2.13) can bind keyword arguments to it as it does for a hand-written legacy
@@ -993,6 +995,9 @@ def _legacy_forward(
             "called_directly",
         )
     )
+    owner_name = _fresh_name("owner", taken)
+    if owner is not None:  # read at every call, as torch's own apply reads them
+        user_forward, user_setup_context = f"{owner_name}.forward", f"{owner_name}.setup_context"
     header, names = [ctx], []
     last_posonly = max((i for i, p in enumerate(params) if p.kind is p.POSITIONAL_ONLY), default=-1)
     for i, p in enumerate(params):
@@ -1029,8 +1034,8 @@ def _legacy_forward(
     else:
         source += f"    return {output}\n"
     namespace = {
-        user_forward: forward,
-        user_setup_context: setup_context,
+        **({user_forward: forward, user_setup_context: setup_context} if owner is None else {}),
+        owner_name: owner,
         finisher: finish,
         tensor: torch.Tensor,
         error: intermediates[1] if intermediates is not None else None,
@@ -1064,14 +1069,14 @@ def _legacy_form(
     setup_context: Callable,
     finish: Any = None,
     intermediates: Optional[Tuple[int, Callable]] = None,
+    owner: Optional[type] = None,
 ) -> Dict[str, Any]:
     """The class attributes that turn a setup_context-style class into the legacy form.
 
     ``setup_context`` is torch's own again, so torch (>= 2.0) passes ctx to forward.
     """
-    attributes: Dict[str, Any] = {
-        "forward": staticmethod(_legacy_forward(forward, setup_context, finish, intermediates))
-    }
+    legacy = _legacy_forward(forward, setup_context, finish, intermediates, owner)
+    attributes: Dict[str, Any] = {"forward": staticmethod(legacy)}
     if _BASE_SETUP_CONTEXT is not None:  # torch >= 2.0
         attributes["setup_context"] = _BASE_SETUP_CONTEXT
     return attributes
@@ -1137,12 +1142,15 @@ def _copied_namespace(cls: type) -> Dict[str, Any]:
     return namespace
 
 
-def _flattened_copy(cls: type, namespace: Dict[str, Any], suffix: str) -> type:
+def _flattened_copy(
+    cls: type, namespace: Dict[str, Any], suffix: str, metaclass: Any = None
+) -> type:
     """A copy of ``cls`` with its user-written attributes flattened and ``namespace`` on top.
 
-    Built by torch's own metaclass from torch's Function, not as a subclass, so that no
-    ``__init_subclass__`` and no metaclass of the user's sees it. Same ``__name__``: its grad_fn is
-    also ``<Name>Backward``. ``apply`` is torch's own, not the one decoration puts on ``cls``.
+    Built by torch's own metaclass (or ``metaclass``, derived from it) from torch's Function, not
+    as a subclass, so that no ``__init_subclass__`` and no metaclass of the user's sees it. Same
+    ``__name__``: its grad_fn is also ``<Name>Backward``. ``apply`` is torch's own, not the one
+    decoration puts on ``cls``.
     """
     attributes = _copied_namespace(cls)
     attributes.update(
@@ -1151,15 +1159,33 @@ def _flattened_copy(cls: type, namespace: Dict[str, Any], suffix: str) -> type:
     )
     attributes.update(namespace)
     base = next(b for b in cls.__mro__ if b in _TORCH_BASES)  # torch's Function class
-    torch_metaclass: Any = type(_Function)
-    return torch_metaclass(cls.__name__, (base,), attributes)  # type: ignore[no-any-return]
+    make = metaclass or type(_Function)
+    return make(cls.__name__, (base,), attributes)  # type: ignore[no-any-return]
+
+
+# NOTE: [the class as it is at the call]
+# torch reads a Function's methods from the class at every call: ``forward`` and
+# ``setup_context`` when it is applied, ``backward``/``vjp``/``jvp`` through the node's
+# ``_forward_cls`` when gradients flow; and the node is an instance of ``Fn._backward_cls``. So
+# ``mock.patch.object(Fn, "backward", spy)``, ``Fn.forward = ...`` or a class attribute backward
+# reads as ``ctx._forward_cls.scale`` take effect at once. The legacy-form copy that eager calls
+# of a native class run (``_legacy_copy``) keeps that: its forward reads ``Fn.forward`` and
+# ``Fn.setup_context`` at each call (two attribute reads), and it makes its nodes with
+# ``Fn._backward_cls``, whose ``_forward_cls`` is ``Fn``: torch's C apply creates the node from
+# ``cls._backward_cls`` and runs backward and jvp from the node's ``_forward_cls``. The torch.func
+# copy of a dual class (``_func_copy``) reads backward/vjp, jvp, vmap and generate_vmap_rule from
+# ``Fn`` at each use (its forward is the one ``Fn`` had in the setup_context style: ``Fn.forward``
+# is the legacy form there). (tests/test_core_live_class.py)
 
 
 def _legacy_copy(cls: type, forward: Callable, setup_context: Callable) -> type:
     """The legacy-form copy of a native class, run for eager calls: torch's apply binds a
     setup_context-style class with ``inspect.signature`` on every call (in Python on 2.2-2.14, in
-    C from 2.15, ``_C_APPLY_BINDS_DEFAULTS``), never a legacy-form one."""
-    return _flattened_copy(cls, _legacy_form(forward, setup_context), "legacy")
+    C from 2.15, ``_C_APPLY_BINDS_DEFAULTS``), never a legacy-form one. It runs ``cls`` as it is
+    at the call (See NOTE: [the class as it is at the call])."""
+    copy: Any = _flattened_copy(cls, _legacy_form(forward, setup_context, owner=cls), "legacy")
+    copy._backward_cls = cls._backward_cls  # type: ignore[attr-defined]
+    return copy  # type: ignore[no-any-return]
 
 
 # NOTE: [intermediates]
@@ -1226,19 +1252,19 @@ def _func_copy(cls: type, forward: Callable, setup_context: Callable, backward: 
     """The setup_context-style copy of a dual class, run under torch.func transforms.
 
     See NOTE: [the class takes the legacy form]; with intermediates, NOTE: [intermediates] (the
-    user's ``vmap`` sees the full outputs).
+    user's ``vmap`` sees the full outputs). It reads the class as it is at the call (See NOTE:
+    [the class as it is at the call]).
     """
     k = _record(cls).intermediates
+    name = next(n for n in ("backward", "vjp") if getattr(cls, n, None) is backward)
     if not k:
-        methods = {"forward": forward, "setup_context": setup_context, "backward": backward}
-        if _HAS_VJP_ALIAS:
-            methods["vjp"] = backward
-        return _flattened_copy(cls, {n: staticmethod(m) for n, m in methods.items()}, "torch.func")
+        namespace = {"forward": staticmethod(forward), "setup_context": staticmethod(setup_context)}
+        return _copy_reading_the_class(cls, namespace, (name, "jvp", "vmap", "generate_vmap_rule"))
 
     def drop_intermediate_gradients(ctx: Any, *grads: Any) -> Any:
-        return backward(ctx, *grads[:-k])
+        return getattr(cls, name)(ctx, *grads[:-k])
 
-    namespace: Dict[str, Any] = {
+    namespace = {
         "forward": staticmethod(forward),
         "setup_context": staticmethod(_checked_marking_output(cls, setup_context, k)),
         "backward": staticmethod(drop_intermediate_gradients),
@@ -1246,14 +1272,27 @@ def _func_copy(cls: type, forward: Callable, setup_context: Callable, backward: 
     if _HAS_VJP_ALIAS:
         namespace["vjp"] = namespace["backward"]
     if _defines(cls, "jvp"):
-        user_jvp = cls.jvp  # type: ignore[attr-defined]
 
         def jvp_with_intermediates(ctx: Any, *tangents: Any) -> Any:
-            result = user_jvp(ctx, *tangents)
+            result = cls.jvp(ctx, *tangents)  # type: ignore[attr-defined]
             return (result if isinstance(result, tuple) else (result,)) + (None,) * k
 
         namespace["jvp"] = staticmethod(jvp_with_intermediates)
-    return _flattened_copy(cls, namespace, "torch.func")
+    return _copy_reading_the_class(cls, namespace, ("vmap", "generate_vmap_rule"))
+
+
+def _copy_reading_the_class(cls: type, namespace: Dict[str, Any], names: Tuple[str, ...]) -> type:
+    """A flattened copy of ``cls`` (``namespace`` on top) that reads ``names`` from ``cls`` at
+    each use, through properties of a metaclass of its own (a metaclass's data descriptors come
+    before the class's own attributes)."""
+    torch_metaclass: Any = type(_Function)
+    live = {n: property(functools.partial(_read_from, cls, n)) for n in names}
+    metaclass = type(f"{cls.__name__}Meta", (torch_metaclass,), live)
+    return _flattened_copy(cls, namespace, "torch.func", metaclass)
+
+
+def _read_from(cls: type, name: str, copy: type) -> Any:
+    return getattr(cls, name)
 
 
 def _guard_subclasses(cls: Any, legacy_form: bool, native_methods: Dict[str, staticmethod]) -> None:
@@ -1300,6 +1339,16 @@ def _undecorated(name: str, *args: Any, **kwargs: Any) -> Any:
 # torch facts. Each binds the arguments only when needed (keywords given, or a positional count
 # that is off), then calls ``run`` with the positional tuple; the common eager call costs two or
 # three checks on top of ``run``.
+#
+# NOTE: [apply is bound to the class]
+# torch's own ``Fn.apply`` is a method bound to ``Fn``, and code finds the Function through it:
+# torch.jit.trace records ``Fn.apply`` and takes the class from its ``__self__`` (whose ``apply``
+# must equal it) to name the node ("FnBackward", "inplace Fn not supported in the JIT") and, on
+# torch 1.x, for ONNX export to find ``Fn.symbolic``; dynamo treats a bound ``apply`` stored
+# elsewhere (``op = Fn.apply``) as ``Fn.apply`` itself, where it refuses to inline a function
+# that merely has a ``__self__``. So the class holds the builder's function bound to it
+# (``types.MethodType``, under ``staticmethod``: no new method object per call); the function
+# takes the class first and ignores it.
 
 
 def _arity(binder: _Binder) -> Tuple[int, int]:
@@ -1313,7 +1362,7 @@ def _arity(binder: _Binder) -> Tuple[int, int]:
 def _apply_positional(bind: Callable, run: Callable, size: int) -> Callable:
     """torch 1.x, a fixed number of parameters."""
 
-    def apply(*args: Any, **kwargs: Any) -> Any:
+    def apply(_cls: Any, /, *args: Any, **kwargs: Any) -> Any:
         if kwargs or len(args) != size:
             args = bind(args, kwargs)
         return run(*args)
@@ -1324,7 +1373,7 @@ def _apply_positional(bind: Callable, run: Callable, size: int) -> Callable:
 def _apply_ranged(bind: Callable, run: Callable, low: int, high: int) -> Callable:
     """torch 1.8-1.12: defaults or ``*args``; nothing to hand over to."""
 
-    def apply(*args: Any, **kwargs: Any) -> Any:
+    def apply(_cls: Any, /, *args: Any, **kwargs: Any) -> Any:
         if kwargs or not low <= len(args) <= high:
             args = bind(args, kwargs)
         return run(*args)
@@ -1337,7 +1386,7 @@ def _apply_refusing_transforms(
 ) -> Callable:
     """torch 1.13: functorch is bundled and rejects every Function; say so clearly."""
 
-    def apply(*args: Any, **kwargs: Any) -> Any:
+    def apply(_cls: Any, /, *args: Any, **kwargs: Any) -> Any:
         if kwargs or not low <= len(args) <= high:
             args = bind(args, kwargs)
         if _transforms_active():
@@ -1350,7 +1399,7 @@ def _apply_refusing_transforms(
 def _apply_reassembling(bind: Callable, run: Callable, low: int, high: int) -> Callable:
     """torch 1.8: gives back non-tensor outputs. See NOTE: [non-tensor outputs on torch 1.8]."""
 
-    def apply(*args: Any, **kwargs: Any) -> Any:
+    def apply(_cls: Any, /, *args: Any, **kwargs: Any) -> Any:
         if kwargs or not low <= len(args) <= high:
             args = bind(args, kwargs)
         try:
@@ -1389,7 +1438,7 @@ def _apply_native(binder: _Binder, run: Callable, under_transforms: Callable, cl
     low, high = _arity(binder)
     traced: Any = _flattened_copy(cls, {}, "traced")
 
-    def apply(*args: Any, **kwargs: Any) -> Any:
+    def apply(_cls: Any, /, *args: Any, **kwargs: Any) -> Any:
         if _dynamo_tracing():  # a constant while dynamo traces; the code below is not traceable
             if kwargs or not low <= len(args) <= high:
                 args = bind_traceable(args, kwargs)
@@ -1764,11 +1813,8 @@ def _install_apply(cls: Any, record: _Decoration) -> None:
     apply.__doc__ = f"Apply {name}; arguments as for forward{inspect.signature(record.forward)}."
     apply.__module__ = cls.__module__
     apply.__qualname__ = f"{name}.apply"  # pickle finds it by reference: getattr(cls, "apply")
-    # torch.jit.trace names a Function's node (and its errors: "inplace Fn not supported in the
-    # JIT") by ``Fn.apply.__self__`` for torch's bound apply, else by ``Fn.apply.__name__``.
-    apply.__name__ = cls.__name__
     _script_as_python_call(apply, "IGNORE")
-    _set(cls, record, "apply", staticmethod(apply))
+    _set(cls, record, "apply", staticmethod(types.MethodType(apply, cls)))
     own_hook = cls.__dict__.get("__init_subclass__", _MISSING)
     record.originals.setdefault("__init_subclass__", own_hook)
     legacy_form = record.in_legacy_form and not record.written_legacy
@@ -1856,7 +1902,7 @@ def functional(cls: Any) -> Callable[..., Any]:
         )
     # Kept on apply, so that pickle and copy find it by reference, as torch's own Fn.apply.
     call.__module__, call.__qualname__ = cls.__module__, f"{cls.__qualname__}.apply.functional"
-    apply.functional = call
+    apply.__func__.functional = call
     return call
 
 
