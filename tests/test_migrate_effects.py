@@ -201,7 +201,7 @@ def test_a_condition_a_later_call_may_change_is_recorded_in_forward():
 
 
 @pytest.mark.skipif(
-    not hasattr(torch, "autocast") or not hasattr(torch.amp, "custom_fwd"),
+    not hasattr(getattr(torch, "amp", None), "custom_fwd"),
     reason=f"torch {torch.__version__} has no torch.amp.custom_fwd(device_type=...) (torch >= 2.4)",
 )
 def test_a_value_computed_under_custom_fwd_cast_inputs_is_computed_in_forward():
