@@ -213,7 +213,7 @@ class _Writer:
 
     def _attr(self, scope: Scope, depth: int, indent: str) -> List[str]:
         name = self.name("a")
-        choices = ["tensor_name", "tensor_expr", "state"]
+        choices = ["tensor_name", "tensor_expr", "state", "literal"]
         choices += ["scalar"] if scope.scalars else []
         choices += ["callable"] if scope.callables else []
         choice = self.pick(choices)
@@ -223,6 +223,8 @@ class _Writer:
             value, kind = self.tensor_expr(scope), "tensor"
         elif choice == "scalar":
             value, kind = self.pick(scope.scalars), "scalar"
+        elif choice == "literal":  # read back as the literal itself
+            value, kind = self.pick(["3", "-0.5", "1e-06"]), "scalar"
         elif choice == "state":
             value = self.pick(
                 ['_STATE["k"]', "next(_COUNTER)", f"float({self.pick(scope.tensors)}.sum())"]

@@ -190,7 +190,7 @@ def test_a_with_block_name_and_a_ctx_attribute_read_back_after_the_block():
                 with torch.no_grad() as _unused, torch.cuda.device_of(x):
                     y = x.exp()
                     ctx.save_for_backward(y)
-                    ctx.twice = 2.0
+                    ctx.twice = 2.0 * x.shape[0]
                 return y * ctx.twice
 
             @staticmethod
@@ -934,6 +934,39 @@ def test_a_name_assigned_on_some_paths_is_returned_as_none_on_the_others():
     assert torch.equal(plain, torch.full((3,), 3.0, dtype=torch.float64))
 
 
+@pytest.mark.parametrize(
+    "block, starts_as_none",
+    [
+        ("try:\n    y = x.exp()\nexcept RuntimeError:\n    y = x", False),
+        ("try:\n    z = x.exp()\nexcept RuntimeError:\n    y = x\nelse:\n    y = z", False),
+        ("try:\n    z = x.exp()\nfinally:\n    y = x * 2", False),
+        ("try:\n    y = x.exp()\nexcept RuntimeError:\n    pass", True),
+        ("try:\n    y = x.exp()\nexcept RuntimeError:\n    print('no')\n    raise", False),
+    ],
+    ids=["try-and-handler", "else-and-handler", "finally", "handler-misses", "handler-raises"],
+)
+def test_a_name_a_try_statement_assigns_on_every_path_needs_no_start(block, starts_as_none):
+    # a needless `y = None` stood before a try whose body and handler both assign y
+    body = textwrap.indent(block, " " * 16)
+    source = f"""
+        import torch
+
+        class Tried(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+{body}
+                ctx.save_for_backward(y)
+                return y * 2
+
+            @staticmethod
+            def backward(ctx, grad):
+                (y,) = ctx.saved_tensors
+                return grad * y
+        """
+    new = assert_same_behaviour(source, "Tried", torch.ones(3, dtype=torch.float64))
+    assert ("y = None\n" in new) is starts_as_none
+
+
 _REFUSED_AND_FIXED = {
     # forward's body as refused, the message's fix, forward's body with the fix made
     "dict_item": (
@@ -975,3 +1008,27 @@ def test_a_refusal_names_its_cause_and_a_fix_that_works(case):
     result = migrate_source(module(refused), "case.py")
     assert result.migrated == [] and fix in result.refusals[0].reason
     assert_same_behaviour(module(fixed), "Case", torch.arange(3.0))
+
+
+def test_a_literal_read_back_is_written_in_place_and_set_again_in_setup_context():
+    # a constant set on ctx and read back in forward needs no intermediate (it became one)
+    source = """
+        import torch
+
+        class Eps(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.eps = 1e-06
+                ctx.k = -2
+                ctx.save_for_backward(x)
+                return x * ctx.k.real + ctx.eps
+
+            @staticmethod
+            def backward(ctx, grad):
+                (x,) = ctx.saved_tensors
+                return grad * ctx.k + ctx.eps * x
+        """
+    new = assert_same_behaviour(source, "Eps", torch.randn(3, dtype=torch.float64))
+    assert "@compatfn.function\n" in new
+    assert "return x * (-2).real + 1e-06\n" in new
+    assert "ctx.eps = 1e-06\n        ctx.k = -2\n" in new

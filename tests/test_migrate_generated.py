@@ -60,8 +60,11 @@ class Base(Function):
         # ctx.needs_input_grad read where forward also uses torch
         "        if ctx.needs_input_grad[1]:\n            t1 = torch.tanh(x)\n"
         "            ctx.a2 = t1 * w\n        return x * 2",
+        # a literal read back, also as the object of an attribute (``(-0.5).real``)
+        "        ctx.a1 = -0.5\n        ctx.a2 = 3\n        ctx.save_for_backward(x)\n"
+        "        return x * ctx.a1 + ctx.a2.real",
     ],
-    ids=["chained-read-back", "needs-input-grad-with-torch"],
+    ids=["chained-read-back", "needs-input-grad-with-torch", "literal-read-back"],
 )
 def test_shrunk_generated_cases(body):
     assert compare(_spec(body)) == "identical"

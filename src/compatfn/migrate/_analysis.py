@@ -4,7 +4,7 @@ setup_context runs, classifying every value those statements read (input, output
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
@@ -268,6 +268,8 @@ def _always_assigns(stmt: cst.BaseStatement, name: str) -> bool:
     if isinstance(stmt, cst.SimpleStatementLine):
         deletes = [n for n in walk(stmt) if isinstance(n, cst.Del)]
         return name in bindings(stmt)[0] and not any(name in bindings(d)[0] for d in deletes)
+    if isinstance(stmt, (cst.Try, cst.TryStar)):
+        return _try_always_assigns(stmt, name)
     blocks: List[cst.BaseSuite] = []
     if isinstance(stmt, cst.With):
         blocks = [stmt.body]
@@ -280,6 +282,23 @@ def _always_assigns(stmt: cst.BaseStatement, name: str) -> bool:
         isinstance(b, cst.IndentedBlock) and any(_always_assigns(s, name) for s in b.body)
         for b in blocks
     )
+
+
+def _try_always_assigns(stmt: Union[cst.Try, cst.TryStar], name: str) -> bool:
+    """A ``finally`` that assigns it; else the ``try`` body (or its ``else``) and every handler
+    (one that ends raising leaves no path)."""
+
+    def assigns(block: Optional[cst.CSTNode]) -> bool:  # or never ends but by raising
+        body = getattr(block, "body", None)
+        if not isinstance(body, cst.IndentedBlock):
+            return False
+        last = body.body[-1]
+        raises = isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Raise)
+        return raises or any(_always_assigns(s, name) for s in body.body)
+
+    if assigns(stmt.finalbody):
+        return True
+    return (assigns(stmt) or assigns(stmt.orelse)) and all(assigns(h) for h in stmt.handlers)
 
 
 def _else_of(stmt: cst.If) -> Optional[cst.Else]:

@@ -9,7 +9,7 @@ Example::
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional, Sequence, Set
+from typing import Dict, List, Optional, Sequence, Set, Union
 
 import libcst as cst
 
@@ -252,13 +252,27 @@ def reads_attribute(statements: Sequence[cst.CSTNode], ctx: str, attr: str) -> b
     )
 
 
+def is_literal(expr: cst.BaseExpression) -> bool:
+    """A number, string, ``True``/``False``/``None``, or a negated number: a value forward may
+    write in place of a ctx attribute it reads back, and setup_context may write again."""
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        expr = expr.expression
+    if isinstance(expr, cst.Name):
+        return expr.value in ("True", "False", "None")
+    return isinstance(expr, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString))
+
+
+_NUMBERS = (cst.Integer, cst.Float, cst.Imaginary, cst.UnaryOperation)
+
+
 class ReadBacks(cst.CSTTransformer):
     """Reads of ``ctx.attr`` in forward, for attributes forward set itself, replaced by the name
-    that holds the value (``aliases``: attribute -> name)."""
+    that holds the value, or by the literal forward set (``aliases``: attribute -> name or
+    literal)."""
 
     def __init__(self, ctx: str) -> None:
         self.ctx = ctx
-        self.aliases: Dict[str, str] = {}
+        self.aliases: Dict[str, Union[str, cst.BaseExpression]] = {}
 
     def apply(self, stmt: cst.BaseStatement) -> cst.BaseStatement:
         if not self.aliases or self._writes_ctx(stmt):
@@ -297,8 +311,16 @@ class ReadBacks(cst.CSTTransformer):
         value = original_node.value
         if isinstance(value, cst.Name) and value.value == self.ctx:
             alias = self.aliases.get(original_node.attr.value)
-            if alias is not None:
+            if isinstance(alias, str):
                 return cst.Name(alias, lpar=updated_node.lpar, rpar=updated_node.rpar)
+            if alias is not None:
+                return alias.deep_clone().with_changes(
+                    lpar=updated_node.lpar, rpar=updated_node.rpar
+                )
+        if isinstance(updated_node.value, _NUMBERS) and not updated_node.value.lpar:
+            # ``ctx.k.real`` read back as ``(3).real``: ``3.real`` is no Python
+            parens = {"lpar": [cst.LeftParen()], "rpar": [cst.RightParen()]}
+            return updated_node.with_changes(value=updated_node.value.with_changes(**parens))
         return updated_node
 
 

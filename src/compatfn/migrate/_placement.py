@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from ._branches import IfSplit, flag_branches, if_tests, is_plain, plain_test
-from ._ctx_uses import ReadBacks, draws_random, reads_attribute, value_expressions
+from ._ctx_uses import ReadBacks, draws_random, is_literal, reads_attribute, value_expressions
 from ._effects import (
     Later,
     handed_to_calls,
@@ -205,8 +205,11 @@ class Placement:
         if not reads_attribute(self.body[index + 1 :], self.ctx, target.attr.value):
             self.readbacks.aliases.pop(target.attr.value, None)
             return False
-        if isinstance(expr, cst.Name) and expr.value not in later:
+        if isinstance(expr, cst.Name) and expr.value not in later and not is_literal(expr):
             self.readbacks.aliases[target.attr.value] = expr.value
+            return False
+        if is_literal(expr):  # read back as the literal; setup_context sets it again
+            self.readbacks.aliases[target.attr.value] = expr
             return False
         return True
 

@@ -31,7 +31,8 @@ or from such a class in the same file) whose forward takes ctx:
     with it);
   - forward(ctx, a, *args) becomes forward(a, *args) (setup_context unpacks inputs[:1] and
     inputs[1:]); reads of ctx.attr in forward, where forward set it, use the value (a name of
-    its own where needed); an if block (nested ifs included) that computes values and saves
+    its own where needed; a literal such as `ctx.eps = 1e-6` as the literal, which
+    setup_context sets again); an if block (nested ifs included) that computes values and saves
     some of them is split: forward keeps the computation, setup_context the ctx statements
     under the same conditions (on inputs, or on a name forward hands over as it is); where a
     condition tests a value forward computes, or one a later call may change, or makes such
