@@ -1,7 +1,12 @@
 """compatfn.migrate._imports: the added import lands where isort and ruff (``I``, default
-settings) put it, so that a library's own import-order check stays green on migrated files."""
+settings, or the project's: compatfn.migrate._sections) put it, so that a library's own
+import-order check stays green on migrated files."""
 
 from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Dict
 
 import pytest
 
@@ -65,7 +70,62 @@ def test_vendored_module_elsewhere_is_third_party():
     assert new == "import math\n\nimport torch\nfrom mylib import _compat\n"
 
 
-def test_vendored_module_gets_its_own_first_party_section():
+def _project(root: Path, settings: Dict[str, str]) -> str:
+    """A project at ``root`` with ``settings`` (file name -> text) and mylib/jax/fns.py; the
+    path of that file."""
+    (root / ".git").mkdir()
+    for name, text in settings.items():
+        (root / name).write_text(textwrap.dedent(text))
+    (root / "mylib" / "jax").mkdir(parents=True)
+    (root / "mylib" / "jax" / "fns.py").write_text("")
+    return str(root / "mylib" / "jax" / "fns.py")
+
+
+def test_vendored_module_gets_its_own_first_party_section(tmp_path):
     before = "import torch\n\nfrom . import utils\n"
-    new = add_import(cst.parse_module(before), "mylib", "_compat", "mylib/fns.py").code
+    path = _project(tmp_path, {})
+    new = add_import(cst.parse_module(before), "mylib", "_compat", path).code
     assert new == "import torch\n\nfrom mylib import _compat\n\nfrom . import utils\n"
+
+
+_ISORT_DEFAULT_FIRST = """
+    [isort]
+    profile = black
+    known_third_party = numpy,torch
+    known_first_party = mylib
+    default_section = FIRSTPARTY
+    """
+_RUFF_KNOWN = """
+    [tool.ruff.lint.isort]
+    known-first-party = [
+        "compatfn",  # vendored as a package of the project's own
+    ]
+    """
+
+
+@pytest.mark.parametrize(
+    "settings, before, after",
+    [
+        (  # isort 4 style: what is not known is first party
+            {"setup.cfg": _ISORT_DEFAULT_FIRST},
+            "import numpy as np\nimport torch\n\nfrom mylib.utils import helper\n",
+            "import numpy as np\nimport torch\n\nimport compatfn\nfrom mylib.utils import helper\n",
+        ),
+        (
+            {"pyproject.toml": _RUFF_KNOWN},
+            "import torch\n\nfrom mylib import utils\n",
+            "import torch\n\nimport compatfn\nfrom mylib import utils\n",
+        ),
+        (  # a module named as a subfolder of the project's package is not first party
+            {"pyproject.toml": "[tool.ruff]\nline-length = 100\n"},
+            "import jax\nimport torch\n",
+            "import compatfn\nimport jax\nimport torch\n",
+        ),
+    ],
+    ids=["isort-default-section", "ruff-known-first-party", "not-a-subfolder"],
+)
+def test_the_import_goes_where_the_projects_isort_or_ruff_settings_put_it(
+    tmp_path, settings, before, after
+):
+    path = _project(tmp_path, settings)
+    assert add_import(cst.parse_module(before), "", "compatfn", path).code == after

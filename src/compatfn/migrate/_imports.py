@@ -1,8 +1,9 @@
 """Adding the decorator's import where isort or ruff (``I``) would put it.
 
 The import goes into the module's first import block: after ``from __future__`` imports, in its
-section (standard library, third party, first party, local), straight ``import x`` lines before
-``from x import y`` lines, each sorted by module name ignoring case, as both tools do by default.
+section (standard library, third party, first party, local: as the project's isort or ruff
+settings place modules, see ``_sections``), straight ``import x`` lines before ``from x import
+y`` lines, each sorted by module name ignoring case, as both tools do by default.
 A module with the same ``from`` import gets the name added to it. Example::
 
     add_import(cst.parse_module("import torch\\n"), "", "compatfn").code
@@ -11,58 +12,12 @@ A module with the same ``from`` import gets the name added to it. Example::
 
 from __future__ import annotations
 
-import sys
-from pathlib import PurePath
 from typing import List, Optional, Sequence, Tuple
 
 import libcst as cst
 
+from ._sections import Sections, sections_for
 from ._syntax import dotted, is_docstring
-
-FUTURE, STDLIB, THIRD_PARTY, FIRST_PARTY, LOCAL = range(5)
-
-#: Standard-library modules, for Pythons without ``sys.stdlib_module_names`` (before 3.10).
-_COMMON_STDLIB = frozenset(
-    [
-        "__future__",
-        "abc",
-        "argparse",
-        "array",
-        "ast",
-        "asyncio",
-        "collections",
-        "contextlib",
-        "copy",
-        "dataclasses",
-        "enum",
-        "functools",
-        "importlib",
-        "inspect",
-        "io",
-        "itertools",
-        "json",
-        "logging",
-        "math",
-        "numbers",
-        "operator",
-        "os",
-        "pathlib",
-        "pickle",
-        "random",
-        "re",
-        "string",
-        "sys",
-        "tempfile",
-        "threading",
-        "time",
-        "types",
-        "typing",
-        "unittest",
-        "warnings",
-        "weakref",
-    ]
-)
-STDLIB_MODULES = frozenset(getattr(sys, "stdlib_module_names", _COMMON_STDLIB))
 
 
 def _module_of(line: cst.SimpleStatementLine) -> Tuple[str, int, bool]:
@@ -73,17 +28,6 @@ def _module_of(line: cst.SimpleStatementLine) -> Tuple[str, int, bool]:
     assert isinstance(small, cst.ImportFrom)
     name = dotted(small.module) if small.module is not None else ""
     return name or "", len(small.relative), True
-
-
-def _section(module: str, level: int, first_party: Optional[str]) -> int:
-    top = module.split(".")[0]
-    if level:
-        return LOCAL
-    if top == "__future__":
-        return FUTURE
-    if top in STDLIB_MODULES:
-        return STDLIB
-    return FIRST_PARTY if top == first_party else THIRD_PARTY
 
 
 def _is_import_line(stmt: cst.BaseStatement) -> bool:
@@ -154,26 +98,25 @@ def add_import(
     start, end = _import_block(body)
     if _already_imported(body[start:end], import_module, name):
         return module
-    top = (import_module or name).split(".")[0]
-    first_party = top if top in PurePath(path).parts[:-1] else None
+    sections = sections_for(path)
     code = f"from {import_module} import {name}\n" if import_module else f"import {name}\n"
     new = cst.parse_statement(code)
     assert isinstance(new, cst.SimpleStatementLine)
-    ours = (_section(import_module or name, 0, first_party), bool(import_module))
+    ours = (sections.of(import_module or name, 0), bool(import_module))
     key = (import_module or name).lower()
     position = end
     for index in range(start, end):
         line = body[index]
         assert isinstance(line, cst.SimpleStatementLine)
         other, level, is_from = _module_of(line)
-        theirs = (_section(other, level, first_party), is_from)
+        theirs = (sections.of(other, level), is_from)
         if theirs == ours and is_from and other == import_module:
             body[index] = _merge(line, name)
             return module.with_changes(body=body)
         if theirs > ours or (theirs == ours and other.lower() > key):
             position = index
             break
-    return module.with_changes(body=_insert(body, start, end, position, new, first_party))
+    return module.with_changes(body=_insert(body, start, end, position, new, sections))
 
 
 def _insert(
@@ -182,7 +125,7 @@ def _insert(
     end: int,
     position: int,
     new: cst.SimpleStatementLine,
-    first_party: Optional[str],
+    sections: Sections,
 ) -> List[cst.BaseStatement]:
     """Insert ``new`` at ``position``, with the blank lines that separate sections."""
 
@@ -192,11 +135,11 @@ def _insert(
         line = body[index]
         assert isinstance(line, cst.SimpleStatementLine)
         module, level, _ = _module_of(line)
-        return _section(module, level, first_party)
+        return sections.of(module, level)
 
     small = new.body[0]
     assert isinstance(small, (cst.Import, cst.ImportFrom))
-    mine = _section(*_module_of(new)[:2], first_party)
+    mine = sections.of(*_module_of(new)[:2])
     before, after = section(position - 1), section(position)
     blank = cst.EmptyLine(indent=True)
     if start == end:  # no import block: a new one, apart from what surrounds it
