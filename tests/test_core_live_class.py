@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import compatfn
+from toy_functions import FORCED
 
 NATIVE_TORCH = hasattr(torch.autograd.Function, "setup_context")
 HAS_TORCH_FUNC = hasattr(torch, "func") and NATIVE_TORCH
@@ -136,6 +137,11 @@ def test_torch_func_reads_the_class_at_the_call(default: bool) -> None:
     def spy(ctx: Any, grad: torch.Tensor) -> Any:
         return (grad * 100, None) if default else grad * 100
 
+    if FORCED:  # the documented refusal
+        fn = compatfn.function(_modern(default))
+        with pytest.raises(RuntimeError, match=r"runs on the legacy path .* torch\.func"):
+            torch.func.vmap(fn.apply)(torch.ones(2, 3))
+        return
     results = []
     for fn in (_modern(default), compatfn.function(_modern(default))):
         fn.generate_vmap_rule = True

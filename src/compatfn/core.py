@@ -1159,7 +1159,7 @@ def _flattened_copy(
     )
     attributes.update(namespace)
     base = next(b for b in cls.__mro__ if b in _TORCH_BASES)  # torch's Function class
-    make = metaclass or type(_Function)
+    make: Any = metaclass or type(_Function)
     return make(cls.__name__, (base,), attributes)  # type: ignore[no-any-return]
 
 
