@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
 from ._analysis import ForwardAnalysis, Split, body_statements
+from ._annotations import extended, tensor_spelling
 from ._chains import plan_super, super_call
+from ._ctx_uses import ctx_call_names
 from ._methods import (
     delegate,
     drop_first_params,
@@ -266,9 +268,10 @@ class Planner:
                 forward,
             )
         new_forward = forward.with_changes(body=forward.body.with_changes(body=body))
-        if plan.intermediates and forward.returns is not None:
-            # forward now returns its intermediates too, of types the codemod cannot name
-            new_forward = new_forward.with_changes(returns=None)
+        if plan.intermediates and forward.returns is not None:  # it returns them too
+            new_forward = new_forward.with_changes(
+                returns=_with_intermediates(forward, split, self.names)
+            )
         drop = 2 if kind == "class" else 1
         if plan.forward_impl:
             impl = drop_first_params(new_forward, drop)
@@ -358,3 +361,19 @@ class Planner:
         expr = decorator.decorator
         head = expr.func if isinstance(expr, cst.Call) else expr
         return self.names.qualify(head) == f"{self.api_module}.{self.function_name}"
+
+
+def _with_intermediates(forward: cst.FunctionDef, split: Split, names: Names) -> Any:
+    """forward's return annotation with the intermediates' types after the outputs (See
+    ``_annotations``), or None (dropped) where it cannot be written."""
+    assert forward.returns is not None
+    params = [p.annotation.annotation for p in forward.params.params if p.annotation is not None]
+    tensor = tensor_spelling([forward.returns.annotation, *params], names)
+    saved = ctx_call_names(split.ctx_statements, split.ctx, "save_for_backward")
+    extra = [tensor if tensor and n in saved else "object" for n in split.values.intermediates]
+    last = split.forward_body[-1]
+    ret = last.body[-1] if isinstance(last, cst.SimpleStatementLine) else None
+    value = ret.value if isinstance(ret, cst.Return) else None
+    flat = isinstance(value, cst.Tuple) and split.output_count is not None and not split.one_tuple
+    new = extended(forward.returns.annotation, split.output_count, flat, extra, names)
+    return None if new is None else forward.returns.with_changes(annotation=new)

@@ -14,7 +14,9 @@ or from such a class in the same file) whose forward takes ctx:
     set_materialize_grads calls, ctx.attr = ... assignments, and if blocks made only of them,
     move (in order) to setup_context(ctx, inputs, output);
   - a value they use that forward computed (not an input or output) becomes an intermediate:
-    forward returns it after its outputs and the class gets @compatfn.function(intermediates=k);
+    forward returns it after its outputs and the class gets @compatfn.function(intermediates=k)
+    (forward's return annotation gains their types: a saved tensor's, else object; it is dropped
+    where the file has no tuple spelling at hand or the tuple cannot be extended);
     one that setup_context could not compute again (reassigned, deleted or changed in place
     later, random, read from what a later call may change: a value handed to a function or
     method migrate does not know, such as a kernel launch or a helper, or module state; made
