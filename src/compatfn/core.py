@@ -1339,16 +1339,6 @@ def _undecorated(name: str, *args: Any, **kwargs: Any) -> Any:
 # torch facts. Each binds the arguments only when needed (keywords given, or a positional count
 # that is off), then calls ``run`` with the positional tuple; the common eager call costs two or
 # three checks on top of ``run``.
-#
-# NOTE: [apply is bound to the class]
-# torch's own ``Fn.apply`` is a method bound to ``Fn``, and code finds the Function through it:
-# torch.jit.trace records ``Fn.apply`` and takes the class from its ``__self__`` (whose ``apply``
-# must equal it) to name the node ("FnBackward", "inplace Fn not supported in the JIT") and, on
-# torch 1.x, for ONNX export to find ``Fn.symbolic``; dynamo treats a bound ``apply`` stored
-# elsewhere (``op = Fn.apply``) as ``Fn.apply`` itself, where it refuses to inline a function
-# that merely has a ``__self__``. So the class holds the builder's function bound to it
-# (``types.MethodType``, under ``staticmethod``: no new method object per call); the function
-# takes the class first and ignores it.
 
 
 def _arity(binder: _Binder) -> Tuple[int, int]:
@@ -1362,7 +1352,7 @@ def _arity(binder: _Binder) -> Tuple[int, int]:
 def _apply_positional(bind: Callable, run: Callable, size: int) -> Callable:
     """torch 1.x, a fixed number of parameters."""
 
-    def apply(_cls: Any, /, *args: Any, **kwargs: Any) -> Any:
+    def apply(*args: Any, **kwargs: Any) -> Any:
         if kwargs or len(args) != size:
             args = bind(args, kwargs)
         return run(*args)
@@ -1373,7 +1363,7 @@ def _apply_positional(bind: Callable, run: Callable, size: int) -> Callable:
 def _apply_ranged(bind: Callable, run: Callable, low: int, high: int) -> Callable:
     """torch 1.8-1.12: defaults or ``*args``; nothing to hand over to."""
 
-    def apply(_cls: Any, /, *args: Any, **kwargs: Any) -> Any:
+    def apply(*args: Any, **kwargs: Any) -> Any:
         if kwargs or not low <= len(args) <= high:
             args = bind(args, kwargs)
         return run(*args)
@@ -1386,7 +1376,7 @@ def _apply_refusing_transforms(
 ) -> Callable:
     """torch 1.13: functorch is bundled and rejects every Function; say so clearly."""
 
-    def apply(_cls: Any, /, *args: Any, **kwargs: Any) -> Any:
+    def apply(*args: Any, **kwargs: Any) -> Any:
         if kwargs or not low <= len(args) <= high:
             args = bind(args, kwargs)
         if _transforms_active():
@@ -1399,7 +1389,7 @@ def _apply_refusing_transforms(
 def _apply_reassembling(bind: Callable, run: Callable, low: int, high: int) -> Callable:
     """torch 1.8: gives back non-tensor outputs. See NOTE: [non-tensor outputs on torch 1.8]."""
 
-    def apply(_cls: Any, /, *args: Any, **kwargs: Any) -> Any:
+    def apply(*args: Any, **kwargs: Any) -> Any:
         if kwargs or not low <= len(args) <= high:
             args = bind(args, kwargs)
         try:
@@ -1438,7 +1428,7 @@ def _apply_native(binder: _Binder, run: Callable, under_transforms: Callable, cl
     low, high = _arity(binder)
     traced: Any = _flattened_copy(cls, {}, "traced")
 
-    def apply(_cls: Any, /, *args: Any, **kwargs: Any) -> Any:
+    def apply(*args: Any, **kwargs: Any) -> Any:
         if _dynamo_tracing():  # a constant while dynamo traces; the code below is not traceable
             if kwargs or not low <= len(args) <= high:
                 args = bind_traceable(args, kwargs)
@@ -1813,8 +1803,11 @@ def _install_apply(cls: Any, record: _Decoration) -> None:
     apply.__doc__ = f"Apply {name}; arguments as for forward{inspect.signature(record.forward)}."
     apply.__module__ = cls.__module__
     apply.__qualname__ = f"{name}.apply"  # pickle finds it by reference: getattr(cls, "apply")
+    # torch.jit.trace names a Function's node (and its errors: "inplace Fn not supported in the
+    # JIT") by ``Fn.apply.__self__`` for torch's bound apply, else by ``Fn.apply.__name__``.
+    apply.__name__ = cls.__name__
     _script_as_python_call(apply, "IGNORE")
-    _set(cls, record, "apply", staticmethod(types.MethodType(apply, cls)))
+    _set(cls, record, "apply", staticmethod(apply))
     own_hook = cls.__dict__.get("__init_subclass__", _MISSING)
     record.originals.setdefault("__init_subclass__", own_hook)
     legacy_form = record.in_legacy_form and not record.written_legacy
@@ -1902,7 +1895,7 @@ def functional(cls: Any) -> Callable[..., Any]:
         )
     # Kept on apply, so that pickle and copy find it by reference, as torch's own Fn.apply.
     call.__module__, call.__qualname__ = cls.__module__, f"{cls.__qualname__}.apply.functional"
-    apply.__func__.functional = call
+    apply.functional = call
     return call
 
 
