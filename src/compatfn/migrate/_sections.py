@@ -89,8 +89,8 @@ _SOURCES: Tuple[Tuple[str, str, str], ...] = (
 
 @dataclass(frozen=True)
 class Sections:
-    """The section of each module for one file: ``known`` (top-level module -> section), the
-    folders the file lies in, and the section of every other module (``default``)."""
+    """The section of each module for one file: ``known`` (module -> section), the folders
+    first-party modules live in (``roots``), and the section of every other one (``default``)."""
 
     known: Tuple[Tuple[str, int], ...] = ()
     roots: Tuple[Path, ...] = ()  # the project's folder and its src/, where first party lives
@@ -122,7 +122,7 @@ def sections_for(path: str) -> Sections:
     roots: Tuple[Path, ...] = ()
     if root is not None:
         roots = (root, root / "src")
-    else:  # no project to look in: the folders the path names, as packages
+    else:  # no project to look in: the current folder and those the path names
         roots = tuple(Path(*PurePath(path).parts[:i]) for i in range(len(PurePath(path).parts)))
     return Sections(known, roots, THIRD_PARTY if default is None else default)
 
