@@ -5,6 +5,7 @@ kernel and autograd formula the case registers, and the state its kernel reads a
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -202,6 +203,15 @@ def build(case: Dict[str, Any], maker: Callable, qualname: str) -> Tuple[Any, Di
     op = maker(
         qualname, namespace["kernel"], mutates_args=tuple(case["mutates"]), schema=_schema(case)
     )
+    register = _registration(op, qualname, case.get("via", "op"))
+    if case.get("cpu_kernel"):
+        kernel = namespace["kernel"]
+
+        def cpu_kernel(*args: Any, **kwargs: Any) -> Any:
+            state["log"].append("cpu kernel")
+            return kernel(*args, **kwargs)
+
+        register("register_kernel", "cpu", cpu_kernel)
     if case["fake"]:
         n = case["outputs"]
 
@@ -210,10 +220,22 @@ def build(case: Dict[str, Any], maker: Callable, qualname: str) -> Tuple[Any, Di
                 return None
             return torch.empty_like(x) if n == 1 else tuple(torch.empty_like(x) for _ in range(n))
 
-        op.register_fake(fake)
+        register("register_fake", fake)
     if case["autograd"]:
-        op.register_autograd(_backward(case, state), setup_context=_setup_context(state))
+        register("register_autograd", _backward(case, state), setup_context=_setup_context(state))
     return op, state
+
+
+def _registration(op: Any, qualname: str, via: str) -> Callable:
+    """How the case registers its rules (``cpu_kernel``: a kernel for the CPU that logs its calls
+    and runs the op's): through the op, a copy of it (``copy.copy``), or by name with
+    torch.library's functions (torch >= 2.4)."""
+    if via == "name":
+        return lambda method, *args, **kwargs: getattr(torch.library, method)(
+            qualname, *args, **kwargs
+        )
+    target = copy.copy(op) if via == "copy" else op
+    return lambda method, *args, **kwargs: getattr(target, method)(*args, **kwargs)
 
 
 def _inner_kernel() -> Callable:

@@ -221,12 +221,20 @@ def _explain(case: Dict[str, Any], got: Dict[str, Any], expected: Dict[str, Any]
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-@given(case=oracle.cases(oracle.CONTEXTS + oracle.SIDE_BY_SIDE_CONTEXTS))
-def test_generated_cases_match_torch_custom_op(tier: str, case: Dict[str, Any]) -> None:
+@given(
+    case=oracle.cases(oracle.CONTEXTS + oracle.SIDE_BY_SIDE_CONTEXTS),
+    via=st.sampled_from(["op", "copy", "name"]),
+    cpu_kernel=st.booleans(),
+)
+def test_generated_cases_match_torch_custom_op(
+    tier: str, case: Dict[str, Any], via: str, cpu_kernel: bool
+) -> None:
     # A difference torch has with itself (See _outputs_convert_by_call_form).
     assume(not (CONVERTS_BY_CALL_FORM and case["outputs"] >= 2 and _by_keyword(case)))
     assume(tier_difference(case, tier) is None)  # the explicit cases hold those
-    compare(case, tier)
+    # Rules registered by name are torch.library's (torch >= 2.4), for the torch tier's ops.
+    via = via if via != "name" or tier == "torch" else "op"
+    compare({**case, "via": via, "cpu_kernel": cpu_kernel}, tier)
 
 
 @pytest.mark.skipif(not HAS_TORCH_OP, reason=f"torch {torch.__version__} has no custom_op")

@@ -1,5 +1,5 @@
-"""The "torch" tier's op object (``_torch_op``): the state of torch's CustomOpDef, called as a
-``functools.partial``, compared with the object ``torch.library.custom_op`` itself returns."""
+"""The "torch" tier's op object (``_torch_op``): the state of torch's CustomOpDef in an object of
+a class of its own per op, compared with the object ``torch.library.custom_op`` itself returns."""
 
 # No ``from __future__ import annotations``: torch 2.4's own custom_op (the control) cannot read
 # string annotations.
@@ -7,10 +7,12 @@
 import copy
 import functools
 import warnings
+from typing import Any, List
 
 import pytest
 import torch
 
+from compatfn import core
 from test_library_torch_call import _backward, _setup_context, pair, spied
 
 pytestmark = pytest.mark.skipif(
@@ -25,7 +27,8 @@ def test_torchs_registry_keeps_its_object_sharing_the_state():
     ours, control = pair(autograd=False)
     theirs = torch._library.custom_ops.OPDEFS[ours._qualname]
     assert theirs is not ours and theirs.__dict__ is ours.__dict__
-    assert isinstance(theirs, type(control)) and isinstance(ours, functools.partial)
+    assert isinstance(theirs, type(control)) and isinstance(ours, type(control))
+    assert type(ours) is not type(theirs)
     spy = spied(ours)
     torch.library.register_autograd(ours._qualname, _backward, setup_context=_setup_context)
     x = torch.ones(2, requires_grad=True)
@@ -50,8 +53,8 @@ def test_copies_are_as_torchs():
 
 
 def test_a_class_attribute_is_the_op_itself():
-    """As torch's object, the op is no descriptor: Python 3.13 warns when a partial is read
-    through an instance (a bound method from 3.14 on); this op is never bound."""
+    """As torch's object, the op is no descriptor: read through an instance, a class attribute
+    is the op itself, never a bound method."""
     ours, control = pair()
 
     class Holder:
@@ -63,6 +66,52 @@ def test_a_class_attribute_is_the_op_itself():
         holder = Holder()
         assert holder.mine is ours and holder.torchs is control
         assert torch.equal(holder.mine(torch.ones(1)), holder.torchs(torch.ones(1)))
+
+
+def _gradient(op: Any) -> List[float]:
+    leaf = torch.ones(2, requires_grad=True)
+    return torch.autograd.grad(op(leaf).sum(), leaf)[0].tolist()  # type: ignore[no-any-return]
+
+
+def test_a_registration_through_a_copy_is_as_torchs():
+    """A kernel registered through ``copy.copy(op)`` is the op's (the copy shares torch's
+    kernels per device); an autograd formula registered through a copy is nobody's (torch's
+    Autograd kernel reads the object torch made). Before: the short path ignored both copies."""
+    results = []
+    for op in pair(autograd=False):
+        x = torch.ones(2)
+        got = [op(x).tolist()]
+        copy.copy(op).register_kernel("cpu", lambda x, s=2.0: x * 3)
+        got += [op(x).tolist(), copy.copy(op)(x).tolist()]
+        copy.copy(op).register_kernel(None, lambda x, s=2.0: x * 5)
+        got.append(op(x).tolist())
+        copy.copy(op).register_autograd(_backward, setup_context=_setup_context)
+        got.append(_outcome(functools.partial(_gradient, op)))
+        results.append(got)
+    ours, control = results
+    assert ours[:4] == control[:4] == [[2.0, 2.0], [3.0, 3.0], [3.0, 3.0], [3.0, 3.0]]
+    assert ours[4][0] == control[4][0] == "RuntimeError"
+
+
+@pytest.mark.skipif(core._dynamo_unsupported() is not None, reason=core._dynamo_unsupported() or "")
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_inside_compile_the_op_is_the_object_it_is_in_eager():
+    """Inside ``torch.compile`` the op answers ``isinstance``, attribute reads, ``in`` and
+    dict lookups as in eager code, as torch's own op does (before: dynamo saw the op object,
+    a ``functools.partial``, as a partial: wrong answers without an error)."""
+    from torch._library.custom_ops import CustomOpDef
+
+    def probe(op: Any, x: torch.Tensor) -> torch.Tensor:
+        ops, table = [op], {op: 10.0}
+        known = isinstance(op, CustomOpDef) + hasattr(op, "_opoverload") + (op in ops)
+        return op._opoverload(x, 3.0) + known + table[op] + sum(o is op for o in ops)
+
+    for op in pair():
+        op.register_fake(lambda x, s=2.0: torch.empty_like(x))
+        x = torch.ones(2)
+        eager = probe(op, x)
+        compiled = torch.compile(functools.partial(probe, op), backend="eager", fullgraph=True)
+        assert torch.equal(compiled(x), eager) and eager.tolist() == [17.0, 17.0]
 
 
 def _outcome(fn):
@@ -114,7 +163,6 @@ x = torch.ones(2, requires_grad=True)
 twice.register_autograd(lambda ctx, g: g * 2)
 (grad,) = torch.autograd.grad(twice(x).sum(), x)
 print(json.dumps({
-    "partial": isinstance(twice, functools.partial),
     "torchs": type(twice) is torch._library.custom_ops.CustomOpDef,
     "grad": grad.tolist(),
     "note": report()["custom_op_note"],
@@ -147,5 +195,5 @@ def test_a_torch_that_moved_its_internals_gets_torchs_own_op_objects(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     got = json.loads(result.stdout.strip().splitlines()[-1])
-    assert got["torchs"] and not got["partial"] and got["grad"] == [2.0, 2.0]
+    assert got["torchs"] and got["grad"] == [2.0, 2.0]
     assert "make_autograd_impl's closure has another layout" in got["note"]

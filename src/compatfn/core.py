@@ -1035,7 +1035,7 @@ def _legacy_forward(
         source += f"    return {output}\n"
     namespace = {
         **({user_forward: forward, user_setup_context: setup_context} if owner is None else {}),
-        owner_name: owner,
+        **({owner_name: owner} if owner is not None else {}),
         finisher: finish,
         tensor: torch.Tensor,
         error: intermediates[1] if intermediates is not None else None,

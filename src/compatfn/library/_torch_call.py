@@ -325,8 +325,8 @@ def _apply_lines(opdef: Any, names: List[str], tensors: List[str], g: Dict[str, 
 
 
 def generated_call(opdef: Any) -> Callable:
-    """The op's call as it is registered now (See NOTE: [the torch tier's call]): a function of
-    the call's arguments alone, reading the op's state (its ``__dict__``)."""
+    """The op's call as it is registered now (See NOTE: [the torch tier's call]): the ``__call__``
+    of its op objects, reading the state (``__dict__``) of ``opdef``, never the object called."""
     kinds = _simple_kinds(opdef)
     if kinds is None:
         return _torch_call(opdef.__dict__)
@@ -341,6 +341,7 @@ def generated_call(opdef: Any) -> Callable:
         "checked": checked_output,
         "dispatch": _dispatcher_call,
         "state": opdef.__dict__,
+        "self": None,
         "out": None,
         "args": None,
         "kwargs": None,
@@ -349,7 +350,7 @@ def generated_call(opdef: Any) -> Callable:
     # Taken by position only: a parameter given twice gets the dispatcher's error, not Python's.
     names = [n for n, _ in kinds]
     by_position, naming, given = positional_parameters(names, g, "=$MISSING")
-    header = [*by_position, "*$args", "**$kwargs"]
+    header = ["$self", *by_position, "*$args", "**$kwargs"]
     # The dispatcher gets the call as it was written (a graph records its keywords as keywords).
     dispatch = f"return $dispatch($state, {given}, $args, $kwargs)"
     # The short path fills the function's defaults in.
@@ -377,7 +378,7 @@ def generated_call(opdef: Any) -> Callable:
 def _torch_call(state: Dict[str, Any]) -> Callable:
     """torch's own ``CustomOpDef.__call__`` for the op whose state is ``state``: its operator."""
 
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def call(self: Any, /, *args: Any, **kwargs: Any) -> Any:
         return state["_opoverload"](*args, **kwargs)
 
     return call

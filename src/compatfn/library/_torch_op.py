@@ -4,7 +4,6 @@ generated function (``_torch_call``), and the registry of the op objects handed 
 from __future__ import annotations
 
 import copy
-import functools
 import inspect
 import weakref
 from typing import Any, Callable, Dict, List, Optional
@@ -17,20 +16,20 @@ __all__ = ["CONTRACT", "FastCustomOpDef", "contract_problem", "hand_out", "insta
 _Base: Any = TorchCustomOpDef if TorchCustomOpDef is not None else object
 
 # NOTE: [the op object's call]
-# A Python class's ``__call__`` costs a call through the type's slot: the arguments packed into a
-# tuple (and a dict for keywords, so a keyword call cost more), the method looked up, ``self``
-# prepended. ``functools.partial`` objects are called by CPython directly (vectorcall from Python
-# 3.12 on: no tuple, no dict). So the op object compatfn hands out is an instance of a class
-# derived from both ``functools.partial`` and torch's ``CustomOpDef`` (``isinstance`` holds, every
-# method is torch's), whose partial function is the op's generated call (``_torch_call``) and whose
-# ``__dict__`` IS the state of the ``CustomOpDef`` torch made: torch's registry of ops by name
-# (``torch._library.custom_ops.OPDEFS``) keeps torch's object, whose class compatfn changes to
-# ``FastCustomOpDef`` so that a registration through either object (``op.register_autograd`` or
-# ``torch.library.register_autograd("ns::op", ...)``) regenerates the call of every op object of
-# that name. The generated call reads the op's state, never the object, so dynamo inlines it as
-# a partial's function. What ``functools.partial`` would change is put back: the object is no
-# descriptor (a class attribute is not bound to instances), ``repr`` is torch's, and ``copy`` /
-# ``deepcopy`` copy the state as for torch's object (``deepcopy`` fails where torch's fails).
+# The op object compatfn hands out is an instance of a class of its own per op, derived from
+# torch's ``CustomOpDef`` (``isinstance`` holds, every method is torch's), whose ``__call__`` is
+# the op's generated call (``_torch_call``) and whose ``__dict__`` IS the state of the
+# ``CustomOpDef`` torch made: torch's registry of ops by name (``torch._library.custom_ops.OPDEFS``)
+# keeps torch's object, whose class compatfn changes to ``FastCustomOpDef`` so that a registration
+# through any object of the name (the op, a copy of it, or ``torch.library.register_autograd(
+# "ns::op", ...)``) regenerates the call of the op's class. The generated call reads the state of
+# torch's object, the one its dispatcher kernels read, never the object called: a registration
+# through a copy acts as it does on torch's own objects. A plain class, not a
+# ``functools.partial`` (which CPython calls with less packing): dynamo treats any partial as a
+# partial, so inside ``torch.compile`` ``isinstance(op, CustomOpDef)``, the op's attributes and
+# ``op in ops`` would answer otherwise than in eager code. ``repr``, ``inspect.signature`` and
+# pickling are those of torch's object; ``copy`` / ``deepcopy`` copy the state as for torch's
+# object (``deepcopy`` fails where torch's fails).
 
 
 class FastCustomOpDef(_Base):  # type: ignore[misc,valid-type]
@@ -51,7 +50,7 @@ class FastCustomOpDef(_Base):  # type: ignore[misc,valid-type]
 
         def registered(kernel: Callable) -> Callable:
             result = register(kernel)
-            self._compatfn_kernel_replaced = True
+            _registered(self).__dict__["_compatfn_kernel_replaced"] = True
             install_call(self)
             return result  # type: ignore[no-any-return]
 
@@ -65,29 +64,16 @@ class FastCustomOpDef(_Base):  # type: ignore[misc,valid-type]
 
         def register_autocast(self, *args: Any, **kwargs: Any) -> Any:
             result = _Base.register_autocast(self, *args, **kwargs)
-            self._compatfn_autocast_rule = True
+            _registered(self).__dict__["_compatfn_autocast_rule"] = True
             install_call(self)
             return result
 
 
-#: ``functools.partial.__setstate__``: what a partial calls, and its ``__dict__``.
-_SET_STATE: Any = getattr(functools.partial, "__setstate__")  # noqa: B009 (typeshed lacks it)
-
-
-def _set_call(op: Any, call: Callable, state: Dict[str, Any]) -> None:
-    """Make ``op`` (a partial) call ``call``, with ``state`` as its ``__dict__``."""
-    _SET_STATE(op, (call, (), None, state))
-
-
-def _not_bound(self: Any, obj: Any, objtype: Any = None) -> Any:
-    """As torch's object: a class attribute, read through an instance, is the op itself."""
-    return self
-
-
 def _same_kind(op: Any, state: Dict[str, Any]) -> Any:
-    """A new op object of ``op``'s class whose state is ``state``, calling what ``op`` calls."""
-    new = functools.partial.__new__(type(op), op.func)
-    _set_call(new, op.func, state)
+    """A new op object of ``op``'s class whose state is ``state``, handed out as ``op`` was."""
+    new = _Base.__new__(type(op))
+    new.__dict__ = state
+    _HANDED_OUT.setdefault(op._qualname, []).append(weakref.ref(new))
     return new
 
 
@@ -117,25 +103,23 @@ _SIGNATURE = inspect.Signature(
     ]
 )
 
-#: The class of the op objects compatfn hands out (See NOTE: [the op object's call]); its
-#: signature, docstring and pickling are those of torch's object.
-CallableCustomOpDef: Any = type(
-    "CustomOpDef",
-    (functools.partial, FastCustomOpDef),
-    {
-        "__module__": __name__,
-        "__doc__": _Base.__doc__,
-        "__signature__": _SIGNATURE,
-        "__call__": functools.partial.__call__,
-        "__repr__": _Base.__repr__,
-        "__copy__": _copied,
-        "__deepcopy__": _deep_copied,
-        "__reduce_ex__": _reduced,
-        # Python 3.13's partial binds as a method: undone (torch's object is no descriptor, and
-        # pydoc documents a descriptor as a routine).
-        **({"__get__": _not_bound} if hasattr(functools.partial, "__get__") else {}),
-    },
-)
+
+def _op_class() -> Any:
+    """A class of one op's objects (See NOTE: [the op object's call]); ``install_call`` gives
+    it its ``__call__``."""
+    return type(
+        "CustomOpDef",
+        (FastCustomOpDef,),
+        {
+            "__module__": __name__,
+            "__doc__": _Base.__doc__,
+            "__signature__": _SIGNATURE,
+            "__copy__": _copied,
+            "__deepcopy__": _deep_copied,
+            "__reduce_ex__": _reduced,
+        },
+    )
+
 
 # NOTE: [defining a name again]
 # Defining a name again (re-running a notebook cell) makes torch's custom_op destroy the Library
@@ -158,12 +142,7 @@ def _live(name: str) -> List[Any]:
 def _follow(older: Any, newest: Any) -> None:
     """``older`` behaves as ``newest`` from now on (See NOTE: [defining a name again])."""
     older.__dict__ = newest.__dict__
-    if isinstance(older, functools.partial) == isinstance(newest, functools.partial):
-        older.__class__ = newest.__class__
-    elif isinstance(older, functools.partial):  # the newest is torch's own object: its call
-        _set_call(older, newest.__call__, newest.__dict__)
-    else:
-        older.__class__ = FastCustomOpDef  # torch's call, through the newest operator
+    older.__class__ = newest.__class__
 
 
 # NOTE: [torch's private contract]
@@ -204,16 +183,18 @@ def _contract_holds(opdef: Any) -> bool:
 
 
 def hand_out(opdef: Any, fast: bool) -> Any:
-    """The op object for torch's ``opdef`` (``fast``: one of ``CallableCustomOpDef`` sharing its
-    state, else ``opdef`` itself); older objects of its name follow it. See NOTE: [torch's
-    private contract]."""
+    """The op object for torch's ``opdef`` (``fast``: an object of a class of its own sharing
+    ``opdef``'s state (See NOTE: [the op object's call]), else ``opdef`` itself); older objects
+    of its name follow it. See NOTE: [torch's private contract]."""
     fast = fast and _contract_holds(opdef)
     if fast:
         opdef.__class__ = FastCustomOpDef
-        op = functools.partial.__new__(CallableCustomOpDef, opdef.__call__)
-        _set_call(op, opdef.__call__, opdef.__dict__)
+        op = _Base.__new__(_op_class())
+        op.__dict__ = opdef.__dict__
+        _REGISTERED[opdef._qualname] = opdef
     else:
         op = opdef
+        _REGISTERED.pop(opdef._qualname, None)
     older = _live(opdef._qualname)
     for obj in older:
         _follow(obj, op)
@@ -223,9 +204,20 @@ def hand_out(opdef: Any, fast: bool) -> Any:
     return op
 
 
+#: torch's own object of each name whose op objects compatfn made: the one torch registered to
+#: the dispatcher, whose state its kernels read (See NOTE: [the op object's call]).
+_REGISTERED: Dict[str, Any] = {}
+
+
+def _registered(op: Any) -> Any:
+    """torch's own object of ``op``'s name (``op`` itself where compatfn made none)."""
+    return _REGISTERED.get(op._qualname, op)
+
+
 def install_call(opdef: Any) -> None:
-    """Give every op object of ``opdef``'s name the op's call as it is registered now."""
-    call = generated_call(opdef)
+    """Give the op objects of ``opdef``'s name the op's call as it is registered now."""
+    registered = _registered(opdef)
+    call = generated_call(registered)
     for op in _live(opdef._qualname):
-        if isinstance(op, functools.partial) and op.__dict__ is opdef.__dict__:
-            _set_call(op, call, op.__dict__)
+        if isinstance(op, FastCustomOpDef):  # not where torch's own object was handed out
+            type(op).__call__ = call

@@ -55,18 +55,10 @@ def _toml_table(line: str) -> Optional[str]:
 
 
 def _toml_value(path: Path, section: str, key: str) -> Optional[int]:
-    """``key`` of ``[section]`` in a TOML file, read by a plain scan of its lines (no TOML parser
-    on Python 3.8-3.10; these settings are one ``key = number`` line)."""
-    current = ""
-    for line in _toml_lines(path):
-        table = _toml_table(line)
-        if table is not None:
-            current = table
-            continue
-        match = re.fullmatch(rf"{re.escape(key)}\s*=\s*(\d+)", line)
-        if match and current == section:
-            return int(match.group(1))
-    return None
+    """``key`` of ``[section]`` in a TOML file where it is a number, read by a plain scan of its
+    lines (no TOML parser on Python 3.8-3.10)."""
+    value = (_table_value(_toml_lines(path), section, key) or "").strip()
+    return int(value) if value.isdigit() else None
 
 
 def _ini_parser(path: Path) -> Optional[configparser.ConfigParser]:
@@ -245,3 +237,23 @@ def _aligned(
             changed = True
             aligned.update(range(i1, i2))
     return aligned if changed else None
+
+
+def _table_value(lines: List[str], table: str, key: str) -> Optional[str]:
+    """The raw value of ``key`` in ``[table]`` of a TOML file's lines (as :func:`_toml_lines`
+    gives them; a list may span lines), by a plain scan."""
+    current = ""
+    for n, line in enumerate(lines):
+        header = _toml_table(line)
+        if header is not None:
+            current = header
+            continue
+        match = re.match(rf"{re.escape(key)}\s*=\s*(.*)", line)
+        if match and current == table:
+            rest = [match.group(1)]
+            for more in lines[n + 1 :]:
+                if rest[0].count("[") <= "".join(rest).count("]"):
+                    break
+                rest.append(more)
+            return " ".join(rest)
+    return None

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Dict, List, Optional, Tuple
 
-from ._layout import _ini_parser, _toml_lines, _toml_table
+from ._layout import _ini_parser, _table_value, _toml_lines
 
 FUTURE, STDLIB, THIRD_PARTY, FIRST_PARTY, LOCAL = range(5)
 
@@ -168,16 +168,5 @@ def _ini_list(path: Path, section: str, key: str) -> List[str]:
 
 def _toml_list(path: Path, section: str, key: str) -> List[str]:
     """A string or an array of strings (on one line or several) set to ``key`` in ``[section]``."""
-    current, collecting, text = "", False, ""
-    for line in _toml_lines(path):
-        table = _toml_table(line)
-        if table is not None and not collecting:
-            current = table
-            continue
-        if collecting:
-            text += " " + line
-        elif current == section and re.match(rf"{re.escape(key)}\s*=", line):
-            text, collecting = line.split("=", 1)[1], True
-        if collecting and (not text.strip().startswith("[") or "]" in text):
-            return [a or b for a, b in re.findall(r'"([^"]*)"|\'([^\']*)\'', text)]
-    return []
+    text = _table_value(_toml_lines(path), section, key) or ""
+    return [a or b for a, b in re.findall(r'"([^"]*)"|\'([^\']*)\'', text)]

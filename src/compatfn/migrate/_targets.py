@@ -27,7 +27,7 @@ import tokenize
 from pathlib import Path
 from typing import Any, List, Optional
 
-from ._layout import _toml_lines, _toml_table
+from ._layout import _table_value, _toml_lines
 from ._wrap import StarCommas
 
 #: Where a nearest pyproject.toml stops the search for one (a repository's root).
@@ -82,26 +82,6 @@ def _from_pyproject(toml: Path) -> Optional[int]:
         lowest = re.search(r"(?:>=|~=|==|>)\s*3\.(\d+)", requires)
         if lowest:
             return int(lowest.group(1))
-    return None
-
-
-def _table_value(lines: List[str], table: str, key: str) -> Optional[str]:
-    """The raw value of ``key`` in ``[table]`` of a TOML file's lines (as :func:`_toml_lines`
-    gives them; a list may span lines), by a plain scan."""
-    current = ""
-    for n, line in enumerate(lines):
-        header = _toml_table(line)
-        if header is not None:
-            current = header
-            continue
-        match = re.match(rf"{re.escape(key)}\s*=\s*(.*)", line)
-        if match and current == table:
-            rest = [match.group(1)]
-            for more in lines[n + 1 :]:
-                if rest[0].count("[") <= "".join(rest).count("]"):
-                    break
-                rest.append(more)
-            return " ".join(rest)
     return None
 
 
