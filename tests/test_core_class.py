@@ -455,9 +455,10 @@ def test_features_detected():
 def test_apply_and_functional_pickle_and_copy_by_reference():
     op = compatfn.functional(Scale)
     assert compatfn.functional(Scale) is op
-    for obj in (Scale.apply, op):
-        assert pickle.loads(pickle.dumps(obj)) is obj
-        assert copy.deepcopy(obj) is obj and copy.copy(obj) is obj
+    for obj in (Scale.apply, op):  # apply bound to Scale (torch 1.x), as torch's own: equal copies
+        same = (lambda a, b: a == b) if obj is Scale.apply else (lambda a, b: a is b)
+        assert same(pickle.loads(pickle.dumps(obj)), obj)
+        assert same(copy.deepcopy(obj), obj) and same(copy.copy(obj), obj)
     x = torch.ones(2)
     assert torch.equal(pickle.loads(pickle.dumps(op))(x, factor=3.0), torch.full((2,), 3.0))
 

@@ -1,11 +1,15 @@
 """A decorated class is used as it is at the call, as torch uses a hand-written Function: its node
-belongs to it, and later changes to its methods and attributes take effect. Each case runs the
-same steps on an oracle (the same class undecorated where this torch runs setup_context-style
-Functions, else a hand-written legacy Function) and on the decorated class in every mode this
-torch has: native (no default), dual (a default), legacy (forced)."""
+belongs to it, later changes to its methods and attributes take effect, and ``Fn.apply`` is bound
+to it on torch 1.x. Each case runs the same steps on an oracle (the same class undecorated where
+this torch runs setup_context-style Functions, else a hand-written legacy Function) and on the
+decorated class in every mode this torch has: native (no default), dual (a default), legacy
+(forced)."""
 
 from __future__ import annotations
 
+import inspect
+import io
+import warnings
 from typing import Any, Callable, Dict, List
 from unittest import mock
 
@@ -13,6 +17,7 @@ import pytest
 import torch
 
 import compatfn
+from compatfn import core
 from toy_functions import FORCED
 
 NATIVE_TORCH = hasattr(torch.autograd.Function, "setup_context")
@@ -147,3 +152,54 @@ def test_torch_func_reads_the_class_at_the_call(default: bool) -> None:
             grad = torch.func.grad(lambda x, fn=fn: fn.apply(x).sum())(torch.ones(2)).tolist()
         results.append((vmapped, grad))
     assert results[0] == results[1] == (12.0, [100.0, 100.0])
+
+
+@pytest.mark.skipif(core._HAS_SETUP_CONTEXT, reason="torch 2.x: see the test below")
+def test_apply_is_bound_to_the_class(decorated: Any) -> None:
+    for fn in (_oracle(), decorated):
+        apply = fn.apply
+        assert apply.__self__ is fn
+        assert apply.__name__ == "apply"
+        assert apply == fn.apply
+
+
+@pytest.mark.skipif(not core._HAS_SETUP_CONTEXT, reason="torch 1.x: see the test above")
+def test_apply_is_a_function_named_as_the_class(decorated: Any) -> None:
+    """torch 2.x: ``Fn.apply`` is not bound (See NOTE: [apply is bound to the class]); it is
+    named as the class, by which torch.jit.trace names the node."""
+    assert not hasattr(decorated.apply, "__self__")
+    assert decorated.apply.__name__ == decorated.__name__
+    assert decorated.apply is decorated.apply
+
+
+def _onnx_graph(fn: Any) -> bytes:
+    class Module(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+            return fn.apply(x) + 1
+
+    buffer = io.BytesIO()
+    scripted = (
+        {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript-based exporter is deprecated on 2.9+
+        torch.onnx.export(Module(), (torch.ones(2),), buffer, **scripted)
+    return buffer.getvalue()
+
+
+def _with_symbolic(fn: Any) -> Any:
+    def symbolic(g: Any, x: Any, *rest: Any) -> Any:
+        return g.op("Mul", x, g.op("Constant", value_t=torch.tensor(2.0)))
+
+    fn.symbolic = staticmethod(symbolic)
+    return fn
+
+
+def test_onnx_export_uses_the_class_symbolic(decorated: Any) -> None:
+    """The TorchScript-based exporter finds ``symbolic`` through ``Fn.apply.__self__`` (torch
+    1.x; 2.x exporters find it otherwise)."""
+    try:
+        expected = _onnx_graph(_with_symbolic(_hand_written()))
+    except Exception as error:  # e.g. "Module onnx is not installed!": nothing to compare with
+        pytest.skip(f"torch {torch.__version__} exports no hand-written Function here: {error}")
+    assert _onnx_graph(_with_symbolic(decorated)) == expected

@@ -1339,6 +1339,21 @@ def _undecorated(name: str, *args: Any, **kwargs: Any) -> Any:
 # torch facts. Each binds the arguments only when needed (keywords given, or a positional count
 # that is off), then calls ``run`` with the positional tuple; the common eager call costs two or
 # three checks on top of ``run``.
+#
+# NOTE: [apply is bound to the class]
+# torch's own ``Fn.apply`` is a method bound to ``Fn``, and code finds the Function through it:
+# torch 1.x's ONNX export finds ``Fn.symbolic`` through ``__self__``, and torch.jit.trace names
+# the node by the class ("FnBackward", "inplace Fn not supported in the JIT"). On torch 1.x the
+# class holds the builder's function bound to it (``types.MethodType``, under ``staticmethod``:
+# no new method object per call; the function takes the class first and ignores it). On torch
+# 2.x it holds the function itself, named as the class (torch.jit.trace names the node by
+# ``Fn.apply.__name__`` where ``apply`` has no ``__self__``): dynamo 2.10-2.12, inlining a bound
+# ``apply`` held elsewhere (``self.op = Fn.apply``) under strict torch.export, builds the values
+# it closes over without their source, asserts that torch's apply bound to the class is the
+# class's own ``apply``, and finds no autograd Function in the traced copy it closes over
+# (measured on torch 2.10; https://github.com/pytorch/pytorch/blob/v2.10.0/torch/_dynamo/
+# variables/builder.py, ``SourcelessBuilder.create``).
+_APPLY_IS_BOUND = not _HAS_SETUP_CONTEXT
 
 
 def _arity(binder: _Binder) -> Tuple[int, int]:
@@ -1352,7 +1367,7 @@ def _arity(binder: _Binder) -> Tuple[int, int]:
 def _apply_positional(bind: Callable, run: Callable, size: int) -> Callable:
     """torch 1.x, a fixed number of parameters."""
 
-    def apply(*args: Any, **kwargs: Any) -> Any:
+    def apply(_cls: Any, /, *args: Any, **kwargs: Any) -> Any:
         if kwargs or len(args) != size:
             args = bind(args, kwargs)
         return run(*args)
@@ -1363,7 +1378,7 @@ def _apply_positional(bind: Callable, run: Callable, size: int) -> Callable:
 def _apply_ranged(bind: Callable, run: Callable, low: int, high: int) -> Callable:
     """torch 1.8-1.12: defaults or ``*args``; nothing to hand over to."""
 
-    def apply(*args: Any, **kwargs: Any) -> Any:
+    def apply(_cls: Any, /, *args: Any, **kwargs: Any) -> Any:
         if kwargs or not low <= len(args) <= high:
             args = bind(args, kwargs)
         return run(*args)
@@ -1376,7 +1391,7 @@ def _apply_refusing_transforms(
 ) -> Callable:
     """torch 1.13: functorch is bundled and rejects every Function; say so clearly."""
 
-    def apply(*args: Any, **kwargs: Any) -> Any:
+    def apply(_cls: Any, /, *args: Any, **kwargs: Any) -> Any:
         if kwargs or not low <= len(args) <= high:
             args = bind(args, kwargs)
         if _transforms_active():
@@ -1389,7 +1404,7 @@ def _apply_refusing_transforms(
 def _apply_reassembling(bind: Callable, run: Callable, low: int, high: int) -> Callable:
     """torch 1.8: gives back non-tensor outputs. See NOTE: [non-tensor outputs on torch 1.8]."""
 
-    def apply(*args: Any, **kwargs: Any) -> Any:
+    def apply(_cls: Any, /, *args: Any, **kwargs: Any) -> Any:
         if kwargs or not low <= len(args) <= high:
             args = bind(args, kwargs)
         try:
@@ -1803,11 +1818,12 @@ def _install_apply(cls: Any, record: _Decoration) -> None:
     apply.__doc__ = f"Apply {name}; arguments as for forward{inspect.signature(record.forward)}."
     apply.__module__ = cls.__module__
     apply.__qualname__ = f"{name}.apply"  # pickle finds it by reference: getattr(cls, "apply")
-    # torch.jit.trace names a Function's node (and its errors: "inplace Fn not supported in the
-    # JIT") by ``Fn.apply.__self__`` for torch's bound apply, else by ``Fn.apply.__name__``.
-    apply.__name__ = cls.__name__
     _script_as_python_call(apply, "IGNORE")
-    _set(cls, record, "apply", staticmethod(apply))
+    if _APPLY_IS_BOUND:  # See NOTE: [apply is bound to the class]
+        _set(cls, record, "apply", staticmethod(types.MethodType(apply, cls)))
+    else:
+        apply.__name__ = cls.__name__
+        _set(cls, record, "apply", staticmethod(apply))
     own_hook = cls.__dict__.get("__init_subclass__", _MISSING)
     record.originals.setdefault("__init_subclass__", own_hook)
     legacy_form = record.in_legacy_form and not record.written_legacy
@@ -1895,7 +1911,7 @@ def functional(cls: Any) -> Callable[..., Any]:
         )
     # Kept on apply, so that pickle and copy find it by reference, as torch's own Fn.apply.
     call.__module__, call.__qualname__ = cls.__module__, f"{cls.__qualname__}.apply.functional"
-    apply.functional = call
+    getattr(apply, "__func__", apply).functional = call
     return call
 
 
