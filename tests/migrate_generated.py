@@ -6,15 +6,19 @@ inheritance, a subclass) built from the patterns real code uses: ctx attributes 
 parameters and intermediates and read back (chains included), saves, conditions (on inputs,
 on computed values, on ``ctx.needs_input_grad``), loops, ``with`` blocks of grad mode, ``*args``,
 several outputs, in-place changes of intermediates, random draws and the random state, helpers
-that take ctx, classmethods using ``cls``, subclasses and ``super().forward`` chains.
+that take ctx, classmethods using ``cls``, subclasses and ``super().forward`` chains, and
+return annotations (``Tensor``, ``torch.Tensor``, ``Tuple[...]``, ``tuple[...]`` under ``from
+__future__ import annotations``).
 :func:`compare` migrates it and runs the original and the migrated class on the same inputs:
 outputs, gradients (bit for bit), exceptions and the random state afterwards must agree, or the
-class must be refused for a reason that is not an internal failure. Imports torch; LibCST only in
+class must be refused for a reason that is not an internal failure; the migrated forward's
+return annotation must say as many values as it returns. Imports torch; LibCST only in
 :func:`compare`.
 """
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -363,10 +367,16 @@ def legacy_modules(draw: Callable[..., Any]) -> Spec:
         outputs.insert(0, "x")
     body.append(f"        return {', '.join(outputs)}")
     signature = ", ".join(["ctx", *params] + (["*args"] if star >= 0 else []))
+    header, returns = _annotated(draw, len(outputs))
     if kind == "class":
-        head = ["    SCALE = 2.0", "", "    @classmethod", f"    def forward(cls, {signature}):"]
+        head = [
+            "    SCALE = 2.0",
+            "",
+            "    @classmethod",
+            f"    def forward(cls, {signature}){returns}:",
+        ]
     else:
-        head = ["    @staticmethod", f"    def forward({signature}):"]
+        head = ["    @staticmethod", f"    def forward({signature}){returns}:"]
     klass = ["class Base(Function):", *head, *body, ""]
     klass += _backward(params, star, writer.all_attrs, kind, len(outputs))
     called = "Base"
@@ -386,7 +396,7 @@ def legacy_modules(draw: Callable[..., Any]) -> Spec:
             f"        return super().forward({passed})",
         ]
         called = "Sub"
-    source = HEADER + "\n\n" + "\n".join(klass) + "\n"
+    source = header + "\n\n" + "\n".join(klass) + "\n"
     grads = (draw(st.booleans()), draw(st.booleans()))
     return Spec(
         source,
@@ -399,6 +409,78 @@ def legacy_modules(draw: Callable[..., Any]) -> Spec:
         no_grad=draw(st.integers(0, 5)) == 0,
         dirty=dirty,
     )
+
+
+def _annotated(draw: Callable[..., Any], outputs: int) -> Tuple[str, str]:
+    """(the module's header, forward's return annotation): none, or the outputs' types spelled
+    as ``Tensor`` or ``torch.Tensor``, in ``Tuple[...]`` (or ``tuple[...]`` under ``from
+    __future__ import annotations``) for several outputs."""
+    tensor = draw(st.sampled_from([None, None, "Tensor", "torch.Tensor"]))
+    if tensor is None:
+        return HEADER, ""
+    future = draw(st.booleans())
+    head = draw(st.sampled_from(["tuple", "Tuple"])) if future else "Tuple"
+    header = HEADER.replace("import itertools\n", "import itertools\nfrom typing import Tuple\n", 1)
+    header = header.replace("import torch\n", "import torch\nfrom torch import Tensor\n", 1)
+    if future:
+        header = "from __future__ import annotations\n\n" + header
+    returns = tensor if outputs == 1 else f"{head}[{', '.join([tensor] * outputs)}]"
+    return header, f" -> {returns}"
+
+
+def annotation_problem(source: str) -> Optional[str]:
+    """Where a forward's return annotation does not say what it returns (as many items as each
+    ``return`` writes; a ``return`` of ``super().forward(...)`` is not counted), or None."""
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.FunctionDef) or node.name != "forward" or not node.returns:
+            continue
+        annotated = _arity(node.returns)
+        for written in _returned_arities(node):
+            if None not in (annotated, written) and written != annotated:
+                text = ast.get_source_segment(source, node.returns)
+                return f"-> {text} for a return of {written} values"
+    return None
+
+
+def _arity(annotation: ast.expr) -> Optional[int]:
+    """How many values a return annotation says (None: any number)."""
+    if not isinstance(annotation, ast.Subscript):
+        return 1
+    head = annotation.value
+    name = head.id if isinstance(head, ast.Name) else getattr(head, "attr", "")
+    if name not in ("Tuple", "tuple"):
+        return 1
+    items: Any = annotation.slice
+    items = getattr(items, "value", items) if type(items).__name__ == "Index" else items  # 3.8
+    if not isinstance(items, ast.Tuple):
+        return 1
+    return None if any(isinstance(e, ast.Constant) for e in items.elts) else len(items.elts)
+
+
+def _returned_arities(function: ast.FunctionDef) -> List[Optional[int]]:
+    """How many values each ``return`` of ``function`` writes (None: not known)."""
+    found: List[Optional[int]] = []
+    stack: List[ast.AST] = list(function.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.Return) and node.value is not None:
+            found.append(_written(node.value))
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _written(value: ast.expr) -> Optional[int]:
+    if isinstance(value, ast.Tuple):
+        return None if any(isinstance(e, ast.Starred) for e in value.elts) else len(value.elts)
+    calls_super = (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and isinstance(value.func.value, ast.Call)
+        and getattr(value.func.value.func, "id", None) == "super"
+    )
+    return None if calls_super else 1
 
 
 # -- the differential check
@@ -505,6 +587,9 @@ def compare(spec: Spec) -> str:
     if spec.cls not in result.migrated:
         assert result.refusals, f"{spec.cls} neither migrated nor refused\n{spec}"
         return f"refused: {result.refusals[0].reason}"
+    problem = annotation_problem(result.new_source)
+    assert problem is None, f"{problem}\n{spec}\n--- migrated:\n{result.new_source}"
+    assert annotation_problem(spec.source) is None, spec  # the generator's own annotations
     original = run(load(spec.source, "original")[spec.cls], spec)
     migrated = run(load(result.new_source, "migrated")[spec.cls], spec)
     difference = same(original, migrated)

@@ -121,8 +121,24 @@ _RUFF_KNOWN = """
             "import jax\nimport torch\n",
             "import compatfn\nimport jax\nimport torch\n",
         ),
+        (  # the shrunk case of test_migrate_isort: import and from lines sorted together
+            {".isort.cfg": "[isort]\nforce_sort_within_sections = true\n"},
+            "from click import echo\nfrom torch.autograd import Function\n",
+            "from click import echo\nimport compatfn\nfrom torch.autograd import Function\n",
+        ),
+        (
+            {"pyproject.toml": "[tool.ruff.lint.isort]\nforce-sort-within-sections = true\n"},
+            "import attr\nfrom click import echo\nimport torch\n",
+            "import attr\nfrom click import echo\nimport compatfn\nimport torch\n",
+        ),
     ],
-    ids=["isort-default-section", "ruff-known-first-party", "not-a-subfolder"],
+    ids=[
+        "isort-default-section",
+        "ruff-known-first-party",
+        "not-a-subfolder",
+        "isort-force-sort",
+        "ruff-force-sort",
+    ],
 )
 def test_the_import_goes_where_the_projects_isort_or_ruff_settings_put_it(
     tmp_path, settings, before, after

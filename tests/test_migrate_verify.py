@@ -162,7 +162,16 @@ def make(scale):
             (x,) = ctx.saved_tensors
             return 2 * x * grad * scale
 
-    return lambda x: Scaled.apply(x)
+    class Shifted(torch.autograd.Function):  # a second class of the same factory
+        @staticmethod
+        def forward(ctx, x):
+            return x + scale
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    return lambda x: Shifted.apply(Scaled.apply(x))
 
 
 class Holder:
@@ -197,7 +206,7 @@ class Holder:
 def test_verify_records_classes_defined_in_functions_and_classes(tmp_path):
     """A class defined in a factory function (or deeper, in a function the factory defines) or
     nested in a class is recorded as a module-level one is (torch-struct defines its Functions
-    in factories); the test's own profiler keeps running."""
+    in factories, two in one of them); the test's own profiler keeps running."""
     import sys
 
     cwd = _project(tmp_path)
@@ -225,6 +234,7 @@ def test_verify_records_classes_defined_in_functions_and_classes(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "lib/factories.py: lib.factories.make.<locals>.Scaled: 2 calls, 2 identical" in out
+    assert "lib/factories.py: lib.factories.make.<locals>.Shifted: 2 calls, 2 identical" in out
     assert "lib/factories.py: lib.factories.Holder.Inner: 1 calls, 1 identical" in out
     assert "lib.factories.Holder.build.<locals>.deeper.<locals>.Deep: 1 calls, 1 identical" in out
     assert "never exercised" not in out

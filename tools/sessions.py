@@ -37,9 +37,10 @@ TEST_EXTRA = "test"
 #: The codemod's extra (libcst, wheels for every Python of the matrix): its tests run everywhere.
 MIGRATE_EXTRA = "migrate"
 
-#: black, the oracle of the codemod's layout (tests/test_migrate_black.py): installed next to torch
-#: in each test session whose Python it supports, which also sets COMPATFN_EXPECT_BLACK.
-LAYOUT_ORACLE = "black==26.10.1"
+#: black and isort, the oracles of the codemod's layout and import order
+#: (tests/test_migrate_black.py, tests/test_migrate_isort.py): installed next to torch in each
+#: test session whose Python they support, which also sets COMPATFN_EXPECT_BLACK.
+LAYOUT_ORACLE = ("black==26.10.1", "isort==9.0.2")
 LAYOUT_ORACLE_PYTHON = (3, 10)
 
 #: Python and tools for the lint session (mypy checks src/ against the newest torch's types).
@@ -61,10 +62,11 @@ def default(row: Row, legacy: bool = False) -> bool:
 
 
 def layout_oracle(row: Row) -> Tuple[str, ...]:
-    """What to install for tests/test_migrate_black.py in ``row``'s session: black where the
-    row's Python runs it, else nothing (the tests skip, saying so)."""
+    """What to install for tests/test_migrate_black.py and test_migrate_isort.py in ``row``'s
+    session: black and isort where the row's Python runs them, else nothing (the tests skip,
+    saying so)."""
     python = tuple(int(part) for part in row.python.split("."))
-    return (LAYOUT_ORACLE,) if python >= LAYOUT_ORACLE_PYTHON else ()
+    return LAYOUT_ORACLE if python >= LAYOUT_ORACLE_PYTHON else ()
 
 
 def _expected(row: Row) -> Dict[str, str]:

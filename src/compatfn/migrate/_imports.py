@@ -3,7 +3,8 @@
 The import goes into the module's first import block: after ``from __future__`` imports, in its
 section (standard library, third party, first party, local: as the project's isort or ruff
 settings place modules, see ``_sections``), straight ``import x`` lines before ``from x import
-y`` lines, each sorted by module name ignoring case, as both tools do by default.
+y`` lines, each sorted by module name ignoring case, as both tools do by default (with
+``force_sort_within_sections``, every line by its text after ``import``/``from``).
 A module with the same ``from`` import gets the name added to it. Example::
 
     add_import(cst.parse_module("import torch\\n"), "", "compatfn").code
@@ -12,6 +13,7 @@ A module with the same ``from`` import gets the name added to it. Example::
 
 from __future__ import annotations
 
+import re
 from typing import List, Optional, Sequence, Tuple
 
 import libcst as cst
@@ -102,21 +104,30 @@ def add_import(
     code = f"from {import_module} import {name}\n" if import_module else f"import {name}\n"
     new = cst.parse_statement(code)
     assert isinstance(new, cst.SimpleStatementLine)
-    ours = (sections.of(import_module or name, 0), bool(import_module))
-    key = (import_module or name).lower()
+    ours = _place(sections, new)
     position = end
     for index in range(start, end):
         line = body[index]
         assert isinstance(line, cst.SimpleStatementLine)
         other, level, is_from = _module_of(line)
-        theirs = (sections.of(other, level), is_from)
-        if theirs == ours and is_from and other == import_module:
+        if is_from and other == import_module and sections.of(other, level) == ours[0]:
             body[index] = _merge(line, name)
             return module.with_changes(body=body)
-        if theirs > ours or (theirs == ours and other.lower() > key):
+        if _place(sections, line) > ours:
             position = index
             break
     return module.with_changes(body=_insert(body, start, end, position, new, sections))
+
+
+def _place(sections: Sections, line: cst.SimpleStatementLine) -> Tuple[int, bool, str]:
+    """Where isort and ruff order an import line: its section, then (by default) ``import x``
+    lines before ``from`` ones, each by module name ignoring case; with
+    ``force_sort_within_sections``, by the line without its ``import``/``from`` ignoring case."""
+    module, level, is_from = _module_of(line)
+    if not sections.force_sort:
+        return sections.of(module, level), is_from, module.lower()
+    text = cst.Module([]).code_for_node(line.with_changes(leading_lines=[])).strip()
+    return sections.of(module, level), False, re.sub(r"^(from|import)\s+", "", text).lower()
 
 
 def _insert(

@@ -69,15 +69,17 @@ def _recording(original):
 
 
 def _wrap(module, path):
+    in_functions = []
     for name in _TARGETS[path]:
         cls = _find(module, name)
-        if cls is not None:
-            before = cls.apply
-            _wrap_class(cls)
-            _rebind_aliases(module, before, cls.apply)
+        if cls is None:
+            in_functions.append(name)
             continue
-        for holder, attribute, watched in _factories(module, name):
-            setattr(holder, attribute, watched)
+        before = cls.apply
+        _wrap_class(cls)
+        _rebind_aliases(module, before, cls.apply)
+    for holder, attribute, watched in _factories(module, in_functions):
+        setattr(holder, attribute, watched)
 
 
 def _wrap_class(cls):
@@ -143,28 +145,35 @@ def _parent_of(code, name):
     return None
 
 
-def _factories(module, name):
-    """(holder, attribute, watched attribute) for each function of ``module`` that defines a
-    class ``name`` in its body (or in a function nested in it)."""
+def _factories(module, names):
+    """(holder, attribute, watched attribute) for each function of ``module`` that defines
+    classes of ``names`` in its body (or in functions nested in it): one watcher for all of
+    them (a function defining two is wrapped once)."""
     for holder, attribute, raw, fn in _functions(module):
-        parent = _parent_of(fn.__code__, name)
-        if parent is not None:
-            watched = _watching(fn, parent, name)
+        parents = {}  # code object -> the names of the classes its body defines
+        for name in names:
+            parent = _parent_of(fn.__code__, name)
+            if parent is not None:
+                parents.setdefault(parent, []).append(name)
+        if parents:
+            watched = _watching(fn, parents)
             yield holder, attribute, watched if raw is fn else type(raw)(watched)
 
 
-def _watching(fn, parent, name):
-    """``fn``, wrapping class ``name`` each time a frame running ``parent`` returns."""
+def _watching(fn, parents):
+    """``fn``, wrapping the classes ``parents`` names each time a frame running their code
+    returns."""
 
     @functools.wraps(fn)
     def watched(*args, **kwargs):
         previous = sys.getprofile()
 
         def profile(frame, event, arg):
-            if event == "return" and frame.f_code is parent:
-                found = frame.f_locals.get(name)
-                if isinstance(found, type):
-                    _wrap_class(found)
+            if event == "return" and frame.f_code in parents:
+                for name in parents[frame.f_code]:
+                    found = frame.f_locals.get(name)
+                    if isinstance(found, type):
+                        _wrap_class(found)
             if callable(previous):  # a profiler written in Python (cProfile's is not)
                 previous(frame, event, arg)
 

@@ -59,8 +59,8 @@ or from such a class in the same file) whose forward takes ctx:
   - a return whose number of outputs cannot be read (`return (ys, *extra)`, a name holding a
     tuple) stays one item, followed by the intermediates;
   - @compatfn.function and `import compatfn` are added (--decorator: your vendored copy), where
-    isort and ruff put them, with the project's known first/third-party modules and isort's
-    default_section read from its settings.
+    isort and ruff put them, with the project's known first/third-party modules, isort's
+    default_section and force_sort_within_sections read from its settings.
 Fn.apply(...) callers need no change; comments, formatting, line endings, encoding and a
 byte-order mark are kept; a line migrate writes longer than the file's line length (black's or
 ruff's line-length, or flake8's max-line-length, in the nearest pyproject.toml, ruff.toml,

@@ -95,6 +95,7 @@ class Sections:
     known: Tuple[Tuple[str, int], ...] = ()
     roots: Tuple[Path, ...] = ()  # the project's folder and its src/, where first party lives
     default: int = THIRD_PARTY
+    force_sort: bool = False  # force_sort_within_sections: ``import x`` and ``from`` lines mixed
 
     def of(self, module: str, level: int) -> int:
         """The section of ``module`` imported with ``level`` leading dots."""
@@ -118,22 +119,23 @@ def sections_for(path: str) -> Sections:
     that names no file (source migrated from a string) gets the tools' defaults."""
     if not Path(path).is_file():
         return Sections()
-    known, default, root = _settings(Path(path).resolve().parent)
+    known, default, root, force_sort = _settings(Path(path).resolve().parent)
     roots: Tuple[Path, ...] = ()
     if root is not None:
         roots = (root, root / "src")
     else:  # no project to look in: the current folder and those the path names
         roots = tuple(Path(*PurePath(path).parts[:i]) for i in range(len(PurePath(path).parts)))
-    return Sections(known, roots, THIRD_PARTY if default is None else default)
+    return Sections(known, roots, THIRD_PARTY if default is None else default, force_sort)
 
 
-_Settings = Tuple[Tuple[Tuple[str, int], ...], Optional[int], Optional[Path]]
+_Settings = Tuple[Tuple[Tuple[str, int], ...], Optional[int], Optional[Path], bool]
 
 
 @functools.lru_cache(maxsize=None)
 def _settings(folder: Path) -> _Settings:
-    """(known modules and their sections, the default section, the project's folder) from the
-    nearest folder with settings; the project's folder is that one, else the repository's."""
+    """(known modules and their sections, the default section, the project's folder, whether
+    sections are force-sorted) from the nearest folder with settings; the project's folder is
+    that one, else the repository's."""
     for current in [folder, *folder.parents]:
         values: Dict[str, List[str]] = {}
         for name, section, dash in _SOURCES:
@@ -143,16 +145,22 @@ def _settings(folder: Path) -> _Settings:
         if values:
             known = tuple((module, _KNOWN[key]) for key in _KNOWN for module in values.get(key, []))
             default = values.get("default_section", [""])[0].upper()
-            return known, {"FIRSTPARTY": FIRST_PARTY, "LOCALFOLDER": LOCAL}.get(default), current
+            force_sort = values.get("force_sort_within_sections", [""])[0].lower() in _TRUE
+            section = {"FIRSTPARTY": FIRST_PARTY, "LOCALFOLDER": LOCAL}.get(default)
+            return known, section, current, force_sort
         if (current / ".git").exists() or (current / ".hg").exists():
-            return (), None, current
-    return (), None, None
+            return (), None, current, False
+    return (), None, None, False
+
+
+_TRUE = ("true", "1", "yes", "on")
 
 
 def _read(path: Path, section: str, dash: str) -> Dict[str, List[str]]:
-    """The known lists (and ``default_section``) set in ``section`` of one file, by key name
-    spelled with ``_``."""
+    """The known lists (and ``default_section``, ``force_sort_within_sections``) set in
+    ``section`` of one file, by key name spelled with ``_``."""
     keys = [*(f"known{dash}{k.replace('_', dash)}" for k in _KNOWN), "default_section"]
+    keys.append(f"force{dash}sort{dash}within{dash}sections")
     if path.suffix == ".toml":
         raw = {key: _toml_list(path, section, key) for key in keys}
     else:
@@ -167,6 +175,8 @@ def _ini_list(path: Path, section: str, key: str) -> List[str]:
 
 
 def _toml_list(path: Path, section: str, key: str) -> List[str]:
-    """A string or an array of strings (on one line or several) set to ``key`` in ``[section]``."""
+    """A string, an array of strings (on one line or several) or a bare word (``true``) set to
+    ``key`` in ``[section]``."""
     text = _table_value(_toml_lines(path), section, key) or ""
-    return [a or b for a, b in re.findall(r'"([^"]*)"|\'([^\']*)\'', text)]
+    strings = [a or b for a, b in re.findall(r'"([^"]*)"|\'([^\']*)\'', text)]
+    return strings or ([text.strip()] if re.fullmatch(r"\s*\w+\s*", text) else [])
