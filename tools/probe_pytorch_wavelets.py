@@ -34,7 +34,8 @@ def _probes() -> List[Tuple[str, Callable[[], torch.Tensor]]]:
             y = torch.randn(SHAPE, dtype=DTYPE, requires_grad=y_grad)
             b = torch.tensor(0.05, dtype=DTYPE) if bias == "tensor" else bias
             r = SmoothMagFn.apply(x, y, b)
-            return (r * torch.randn_like(r)).sum()
+            total: torch.Tensor = (r * torch.randn_like(r)).sum()
+            return total
 
         return call
 
@@ -52,7 +53,7 @@ def main() -> int:
     for name, probe in _probes():
         try:
             value = probe()
-            value.backward()
+            torch.autograd.backward(value)
             print(f"{name}: {value.item():.6g}")
         except Exception as error:  # reported; the others still run
             failed += 1

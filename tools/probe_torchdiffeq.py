@@ -37,7 +37,7 @@ class Ball(nn.Module):
         self.drag = nn.Parameter(torch.tensor(0.1, dtype=DTYPE))
 
     def forward(self, t: torch.Tensor, state: State) -> State:
-        _height, velocity = state if self.tuple_state else state.unbind(-1)
+        _height, velocity = state if isinstance(state, tuple) else state.unbind(-1)
         acceleration = -self.gravity - self.drag * velocity
         if self.tuple_state:
             return velocity, acceleration
@@ -73,7 +73,8 @@ def _probes() -> List[Tuple[str, Callable[[], torch.Tensor]]]:
                 atol=1e-10,
             )
             final = torch.stack([s[-1] for s in solution]) if tuple_state else solution[-1]
-            return 2.0 * event_t + (final * torch.randn_like(final)).sum()
+            total: torch.Tensor = 2.0 * event_t + (final * torch.randn_like(final)).sum()
+            return total
 
         return call
 
@@ -110,7 +111,7 @@ def main() -> int:
     for name, probe in _probes():
         try:
             value = probe()
-            value.backward()
+            torch.autograd.backward(value)
             print(f"{name}: {value.item():.6g}")
         except Exception as error:  # reported; the others still run
             failed += 1

@@ -146,8 +146,8 @@ def _settings(folder: Path) -> _Settings:
             known = tuple((module, _KNOWN[key]) for key in _KNOWN for module in values.get(key, []))
             default = values.get("default_section", [""])[0].upper()
             force_sort = values.get("force_sort_within_sections", [""])[0].lower() in _TRUE
-            section = {"FIRSTPARTY": FIRST_PARTY, "LOCALFOLDER": LOCAL}.get(default)
-            return known, section, current, force_sort
+            placed = {"FIRSTPARTY": FIRST_PARTY, "LOCALFOLDER": LOCAL}.get(default)
+            return known, placed, current, force_sort
         if (current / ".git").exists() or (current / ".hg").exists():
             return (), None, current, False
     return (), None, None, False
