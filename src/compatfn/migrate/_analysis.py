@@ -194,38 +194,75 @@ class ForwardAnalysis:
         keep: List[cst.BaseStatement] = []
         moved: List[cst.BaseStatement] = []
         self._check_single_return()
+        blank: List[cst.EmptyLine] = []  # before statements that left forward whole
         for index, stmt in enumerate(self.body):
-            flagged = isinstance(stmt, cst.If) and self.placement.needs_flag(index, stmt)
-            if is_ctx_statement(stmt, self.ctx) and not flagged:
-                _refuse_walrus([stmt])
-                stmt = self.readbacks.apply_values(stmt)
-                snapshot, stmt = self.placement.place(index, stmt)
-                keep += snapshot
-                moved.append(stmt)
-                continue
-            stmt = self.readbacks.apply(stmt)
-            parts = split_if(stmt, self.ctx)
-            if parts is not None:
-                assert isinstance(stmt, cst.If)
-                _refuse_walrus(parts.moved)
-                forward_part, setup_if = self.placement.place_split(index, stmt, parts)
-                keep += forward_part
-                moved.append(setup_if)
-                continue
-            with_parts = split_with(stmt, self.ctx)
-            if with_parts is not None:
-                _refuse_walrus(with_parts[1])
-                keep += self.placement.place_with(index, stmt, *with_parts)
-                moved += with_parts[1]
-                continue
-            misuse = with_misuse(stmt, self.ctx) or ctx_misuse(stmt, self.ctx)
-            if misuse:
-                raise Refused(misuse, stmt)
-            keep.append(stmt)
+            before = len(keep)
+            self._partition_one(index, stmt, keep, moved)
+            if len(keep) == before:
+                blank = blank or _blank_lines(stmt)
+            elif blank:
+                keep[before] = _after_blank(keep[before], blank)
+                blank = []
         for attr, local in self.deferred.items():
             moved.append(statement(f"{self.ctx}.{attr} = {local}\n"))
             self.values.add_intermediate(local)
         return keep, moved
+
+    def _partition_one(
+        self,
+        index: int,
+        stmt: cst.BaseStatement,
+        keep: List[cst.BaseStatement],
+        moved: List[cst.BaseStatement],
+    ) -> None:
+        """Put forward's statement ``stmt`` (or its parts) in ``keep`` (forward) and ``moved``
+        (setup_context)."""
+        flagged = isinstance(stmt, cst.If) and self.placement.needs_flag(index, stmt)
+        if is_ctx_statement(stmt, self.ctx) and not flagged:
+            _refuse_walrus([stmt])
+            stmt = self.readbacks.apply_values(stmt)
+            snapshot, stmt = self.placement.place(index, stmt)
+            keep += snapshot
+            moved.append(stmt)
+            return
+        stmt = self.readbacks.apply(stmt)
+        parts = split_if(stmt, self.ctx)
+        if parts is not None:
+            assert isinstance(stmt, cst.If)
+            _refuse_walrus(parts.moved)
+            forward_part, setup_if = self.placement.place_split(index, stmt, parts)
+            keep += forward_part
+            moved.append(setup_if)
+            return
+        with_parts = split_with(stmt, self.ctx)
+        if with_parts is not None:
+            _refuse_walrus(with_parts[1])
+            keep += self.placement.place_with(index, stmt, *with_parts)
+            moved += with_parts[1]
+            return
+        misuse = with_misuse(stmt, self.ctx) or ctx_misuse(stmt, self.ctx)
+        if misuse:
+            raise Refused(misuse, stmt)
+        keep.append(stmt)
+
+
+def _blank_lines(stmt: cst.BaseStatement) -> List[cst.EmptyLine]:
+    """The blank lines before ``stmt`` and its comments (the comments go where it goes)."""
+    lines: List[cst.EmptyLine] = []
+    for line in getattr(stmt, "leading_lines", ()):
+        if line.comment is not None:
+            break
+        lines.append(line)
+    return lines
+
+
+def _after_blank(stmt: cst.BaseStatement, blank: List[cst.EmptyLine]) -> cst.BaseStatement:
+    """``stmt`` after the blank lines of the statements before it that left forward (as black
+    keeps it: after an import, the blank line is one black requires), unless it has its own."""
+    lines = list(getattr(stmt, "leading_lines", ()))
+    if lines and lines[0].comment is None:
+        return stmt
+    return stmt.with_changes(leading_lines=[*blank, *lines])
 
 
 def _refuse_walrus(moved: List[cst.BaseStatement]) -> None:

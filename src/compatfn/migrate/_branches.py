@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import libcst as cst
 
 from ._ctx_uses import ctx_misuse, is_ctx_statement
-from ._syntax import dotted, source_of, statement, walk
+from ._syntax import dotted, source_of, statement, tidy_first, walk
 
 PASS = cst.SimpleStatementLine([cst.Pass()])
 
@@ -214,15 +214,17 @@ def if_tests(stmt: cst.If) -> List[cst.BaseExpression]:
 
 
 def _rebuild(
-    node: Union[cst.If, cst.Else], bodies: List[List[cst.BaseStatement]]
+    node: Union[cst.If, cst.Else], bodies: List[List[cst.BaseStatement]], tidy: bool = False
 ) -> Union[cst.If, cst.Else]:
-    body = bodies[0] or [PASS]
+    """``node`` with ``bodies`` as its branches' (``tidy``: no blank line opening a branch,
+    for setup_context's copy, whose branches start with what came after forward's lines)."""
+    body = (tidy_first(bodies[0]) if tidy else bodies[0]) or [PASS]
     assert isinstance(node.body, cst.IndentedBlock)
     block = node.body.with_changes(body=body)
     if isinstance(node, cst.Else):
         return node.with_changes(body=block)
     orelse = node.orelse
-    rest = _rebuild(orelse, bodies[1:]) if orelse is not None else None
+    rest = _rebuild(orelse, bodies[1:], tidy) if orelse is not None else None
     return node.with_changes(body=block, orelse=rest)
 
 
@@ -292,7 +294,7 @@ def split_if(stmt: cst.BaseStatement, ctx: str) -> Optional[IfSplit]:
     if not any(move):
         return None
     forward_if = _rebuild(stmt, keep)
-    setup_if = _rebuild(stmt, move)
+    setup_if = _rebuild(stmt, move, tidy=True)
     assert isinstance(forward_if, cst.If) and isinstance(setup_if, cst.If)
     return IfSplit(forward_if, setup_if, flat, [bool(m) for m in move], tests)
 
@@ -323,7 +325,8 @@ def flag_branches(split: IfSplit, flag: str) -> Tuple[cst.BaseStatement, cst.If,
             value = str(number) if numbered else "True"
             body = [statement(f"{flag} = {value}\n"), *body]
             assert isinstance(setup.body, cst.IndentedBlock)
-            chain.append((f"{flag} == {number}" if numbered else flag, setup.body))
+            block = setup.body.with_changes(body=tidy_first(list(setup.body.body)))
+            chain.append((f"{flag} == {number}" if numbered else flag, block))
         bodies.append(body)
     forward_if = _rebuild(split.forward, bodies)
     setup_if: Optional[cst.If] = None

@@ -8,7 +8,14 @@ import libcst as cst
 
 from ._analysis import Split
 from ._names import Amp, Names, amp_decorator
-from ._syntax import Refused, decorator_name, fresh_name, source_of, statement, tuple_target
+from ._syntax import (
+    Refused,
+    decorator_name,
+    fresh_name,
+    source_of,
+    statement,
+    tuple_target,
+)
 
 BLANK = cst.EmptyLine(indent=False)
 #: Decorators that set the grad mode forward runs in: kept on the new forward (setup_context
@@ -179,15 +186,6 @@ def setup_context_method(
     if not body:
         return fn
     return fn.with_changes(body=fn.body.with_changes(body=body))
-
-
-def tidy_first(statements: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
-    """The statements with blank lines dropped before the first (its comments are kept)."""
-    if not statements:
-        return statements
-    first = statements[0]
-    lines = [line for line in getattr(first, "leading_lines", ()) if line.comment is not None]
-    return [first.with_changes(leading_lines=lines), *statements[1:]]
 
 
 def _call_args(params: Sequence[cst.Param]) -> str:

@@ -18,7 +18,6 @@ from ._methods import (
     setup_context_method,
     setup_lines,
     strip_ctx_decorators,
-    tidy_first,
     with_kind,
 )
 from ._names import Names
@@ -31,6 +30,7 @@ from ._syntax import (
     method_kind,
     positional_params,
     source_of,
+    tidy_first,
     walk,
 )
 

@@ -328,3 +328,12 @@ def statement(code: str) -> cst.BaseStatement:
 
 def tuple_target(names: Sequence[str]) -> str:
     return f"({names[0]},)" if len(names) == 1 else ", ".join(names)
+
+
+def tidy_first(statements: List[cst.BaseStatement]) -> List[cst.BaseStatement]:
+    """The statements with blank lines dropped before the first (its comments are kept)."""
+    if not statements:
+        return statements
+    first = statements[0]
+    lines = [line for line in getattr(first, "leading_lines", ()) if line.comment is not None]
+    return [first.with_changes(leading_lines=lines), *statements[1:]]

@@ -39,6 +39,35 @@ class Tree(Function):
         return (None, grad * ctx.scale, *grads)
 
 
+@compatfn.function(intermediates=1)
+class TreeAfterImport(Function):
+    @staticmethod
+    def forward(fn, x, *args):
+        """Imports first, then sets ctx (linear_operator's RootDecomposition): the blank line
+        after the import stays when the ctx statements leave forward (black requires it)."""
+        import math
+
+        scale = fn(*args) * math.pi
+        return x * scale, scale
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        fn, x = inputs[:2]
+        args = inputs[2:]
+        _, scale = output
+        ctx.fn = fn
+        ctx.scale = scale
+        ctx.save_for_backward(x, *args)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, *args = ctx.saved_tensors
+        args = [a.detach().requires_grad_() for a in args]
+        with torch.enable_grad():
+            grads = torch.autograd.grad(ctx.fn(*args) * 3.141592653589793, args, (grad * x).sum())
+        return (None, grad * ctx.scale, *grads)
+
+
 @compatfn.function(intermediates=2)
 class ChainedReads(Function):
     @staticmethod
@@ -110,10 +139,11 @@ def _f64(*shape):
 
 CASES = {
     "Tree": lambda: ((_f64(3), _f64(2)), ()),
+    "TreeAfterImport": lambda: ((_f64(3), _f64(2)), ()),
     "ChainedReads": lambda: ((_f64(4),), (2,)),
     "ReadBackAfterReassign": lambda: ((_f64(3),), (1.5,)),
     "ReadBackInSave": lambda: ((_f64(3),), ()),
 }
 #: Functions whose first arguments are not tensors (they come after the tensors in CASES).
-LEADING = {"Tree": (_scale_by(0.5),)}
+LEADING = {"Tree": (_scale_by(0.5),), "TreeAfterImport": (_scale_by(0.5),)}
 REFUSED = {}
