@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import itertools
+import json
+import os
 import re
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
+import compatfn
 from compatfn import core, library
 from compatfn.library import _custom_op
 
@@ -109,3 +114,17 @@ def run_docs_blocks() -> Dict[str, Any]:
         exec(compile(source, str(DOCS), "exec"), namespace)
         names.update(namespace)
     return names
+
+
+def run_script(code: str, cwd: Path) -> Any:
+    """What the last line ``code`` prints is, as JSON, run by this Python in a new process that
+    imports the compatfn under test (wherever it starts); the test fails with its stderr if it
+    fails. Tests simulate a changed torch this way."""
+    env = dict(os.environ)
+    here = str(Path(compatfn.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=cwd, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from compatfn import core
+from library_support import run_script
 from test_library_torch_call import _backward, _setup_context, pair, spied
 
 pytestmark = pytest.mark.skipif(
@@ -185,26 +186,6 @@ def test_a_torch_that_moved_its_internals_gets_torchs_own_op_objects(tmp_path):
     """Where torch's private contract does not hold (simulated: ``make_autograd_impl``'s closure
     moved), every op is torch's own object, untouched and working, and ``python -m compatfn``
     says so."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    import compatfn
-
-    env = dict(os.environ)  # the compatfn under test, wherever the subprocess starts
-    here = str(Path(compatfn.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
-    result = subprocess.run(
-        [sys.executable, "-c", _CHANGED_TORCH],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    got = json.loads(result.stdout.strip().splitlines()[-1])
+    got = run_script(_CHANGED_TORCH, tmp_path)
     assert got["torchs"] and got["grad"] == [2.0, 2.0]
     assert "make_autograd_impl's closure has another layout" in got["note"]

@@ -113,14 +113,24 @@ def custom_op(
 
 def custom_op_note() -> str:
     """How ``custom_op`` calls run on this torch, where that differs from its tier's usual way
-    (torch >= 2.4: torch's private contract broken, so torch's own op objects untouched; ""
+    (torch >= 2.4: torch's private contract broken, so torch's own op objects untouched; torch >=
+    2.1: a below-autograd guard made per call, See NOTE: [reused below-autograd guards]; ""
     otherwise, or before any op was defined)."""
+    from compatfn.library._facts import GUARD_IS_CONTEXT, GUARDS_REUSABLE
     from compatfn.library._torch_op import CONTRACT
 
+    notes = []
     problem = CONTRACT["problem"] if TIER == "torch" else None
-    if not problem:
-        return ""
-    return f"torch's own op objects, untouched (every call through the dispatcher): {problem}"
+    if problem:
+        notes.append(
+            f"torch's own op objects, untouched (every call through the dispatcher): {problem}"
+        )
+    if GUARD_IS_CONTEXT and not GUARDS_REUSABLE and TIER != "function":
+        notes.append(
+            "a below-autograd guard made per call (torch's _ExcludeDispatchKeyGuard cannot stand "
+            "for _AutoDispatchBelowAutograd here): exact, slower"
+        )
+    return "; ".join(notes)
 
 
 def _custom_op(

@@ -10,7 +10,8 @@ from __future__ import annotations
 import functools
 import importlib.util
 import inspect
-from typing import Any, Callable, Dict, Optional, Tuple
+import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -240,6 +241,102 @@ autograd_excluded: Callable[[], bool] = (
     if _IS_EXCLUDED is not None and _AUTOGRAD_KEY is not None
     else (torch.is_inference_mode_enabled if HAS_INFERENCE_MODE else lambda: False)
 )
+
+# NOTE: [the guard where autograd is excluded]
+# A below-autograd guard entered where autograd is already excluded (inference mode, a kernel
+# running below autograd) changes nothing: it excludes only what is not excluded yet, and leaving
+# it restores just that. So the kernel of a call that does not go through autograd runs in the
+# guard whether or not autograd is excluded, and only a call that would go through autograd (an
+# input requires grad in grad mode) asks ``autograd_excluded()``: a no-grad call skips that query.
+# Where the Autograd kernel's treatment of the output depends on it (the registered tier's
+# multi-output ops) the query stays.
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.1.0/c10/core/impl/LocalDispatchKeySet.h
+
+# NOTE: [reused below-autograd guards]
+# Making torch's below-autograd guard (``_AutoDispatchBelowAutograd``) costs about half of using
+# it (a pybind11 object made per call: 3,000 of 5,900 instructions on torch 2.15, measured with
+# callgrind), and it cannot be entered again once left: it excludes from the moment it is made
+# (torch's ``DeprecatedRAIIContextManager``). torch's ``_ExcludeDispatchKeyGuard`` given the keys
+# that guard excludes does the same when entered (the C++ ``AutoDispatchBelowAutograd`` is such a
+# guard of the autograd keys), and it makes its C++ guard on each ``__enter__`` and drops it on
+# ``__exit__`` (``RAIIContextManager``, torch >= 2.1), so one can be entered again after it is
+# left. So where a check run once, in a new thread (whose dispatch state is torch's default),
+# finds both guards exclude exactly the same keys, nested either way too, generated code takes
+# such a guard from ``BELOW_AUTOGRAD_GUARDS``, a pool shared by every op, makes one
+# (``new_below_autograd_guard``) when the pool is empty, and gives it back after leaving it.
+# ``list.pop`` and ``append`` are atomic, so no two calls, nested or on two threads, hold the same
+# guard at once; a kernel that raises loses its guard, and a later call makes another one.
+# Where the check fails (torch 1.13 and 2.0 have no such guard), every call makes torch's own.
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.1.0/torch/csrc/utils/python_raii.h
+
+
+def _same_exclusion_keys() -> Any:
+    """The keys ``BelowAutograd`` excludes, where ``_ExcludeDispatchKeyGuard`` given them excludes
+    the same, each time it is entered, nested inside ``BelowAutograd`` or around it; else None."""
+    exclude_guard = getattr(torch._C, "_ExcludeDispatchKeyGuard", None)
+    excluded = getattr(torch._C, "_dispatch_tls_local_exclude_set", None)
+    if not GUARD_IS_CONTEXT or exclude_guard is None or excluded is None:
+        return None
+    found: List[Any] = []
+    keys_of = _key_fingerprint  # DispatchKeySet has no == on every torch (2.4)
+
+    def check() -> None:
+        outside = keys_of(excluded())
+        with BelowAutograd():
+            inside = excluded()
+        keys, inside = inside - excluded(), keys_of(inside)
+        if inside == outside:  # a fingerprint that cannot tell them apart
+            return
+        guard = exclude_guard(keys)
+        seen = []
+        for _ in range(2):  # entered again after it is left
+            with guard:
+                seen.append(keys_of(excluded()))
+                with BelowAutograd():
+                    seen.append(keys_of(excluded()))
+                seen.append(keys_of(excluded()))
+            with BelowAutograd():
+                with guard:
+                    seen.append(keys_of(excluded()))
+                seen.append(keys_of(excluded()))
+            if set(seen) != {inside} or keys_of(excluded()) != outside:
+                return
+        found.append(keys)
+
+    def checked() -> None:
+        try:
+            check()
+        except Exception:  # a guard that takes other arguments or cannot be entered again
+            found.clear()
+
+    thread = threading.Thread(target=checked, name="compatfn-guard-check")
+    thread.start()
+    thread.join()
+    return found[0] if found else None
+
+
+def _key_fingerprint(keys: Any) -> Tuple[Optional[bool], ...]:
+    """Which dispatch keys ``keys`` (a ``DispatchKeySet``) has, one entry per key torch names."""
+    found: List[Optional[bool]] = []
+    for key in torch._C.DispatchKey.__members__.values():
+        try:
+            found.append(bool(keys.has(key)))
+        except Exception:  # an alias key
+            found.append(None)
+    return tuple(found)
+
+
+_BELOW_AUTOGRAD_KEYS = _same_exclusion_keys()
+#: Whether generated code reuses guards (See NOTE: [reused below-autograd guards]).
+GUARDS_REUSABLE = _BELOW_AUTOGRAD_KEYS is not None
+#: A new reusable below-autograd guard, where ``GUARDS_REUSABLE``.
+new_below_autograd_guard: Optional[Callable[[], Any]] = (
+    functools.partial(torch._C._ExcludeDispatchKeyGuard, _BELOW_AUTOGRAD_KEYS)
+    if GUARDS_REUSABLE
+    else None
+)
+#: Reusable below-autograd guards not in use.
+BELOW_AUTOGRAD_GUARDS: List[Any] = []
 
 #: torch's C-level ``Function.apply``: no binding, no transform checks (the caller has done them).
 #: core's, under the name this package reads.

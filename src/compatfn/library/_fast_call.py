@@ -128,8 +128,9 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
             short += [f"    {call}", f"    return {checked}", "else:", *below]
             short += [f"    return {again.format(checked)}"]
             return [f"if {' and '.join(plain) or 'True'}:"] + [f"    {line}" for line in short]
-        # forward checked the output already (checked_output): handed on as apply returns it
-        short += ["if $excluded():", f"    {call}", f"elif {through_autograd}:", f"    {apply}"]
+        # forward checked the output already (checked_output): handed on as apply returns it.
+        # See NOTE: [the guard where autograd is excluded]
+        short += [f"if ({through_autograd}) and not $excluded():", f"    {apply}"]
         short += ["    return $out", f"elif {inference}:", f"    {call}", "else:", *below]
     else:  # torch 1.8 to 1.12: no guard; a graph the kernel recorded is dropped
         branch = "if"

@@ -19,7 +19,6 @@ from compatfn.library._convert import (
 from compatfn.library._facts import (
     AUTOGRAD_KERNEL_ALWAYS_APPLIES,
     C_APPLY,
-    BelowAutograd,
     any_autocast_enabled,
     autograd_excluded,
     dispatch_mode_count,
@@ -36,6 +35,7 @@ from compatfn.library._infer_schema import _resolve
 from compatfn.library._torch_replay import Replay, checked_output, replayed, verified
 from compatfn.library._utils import (
     Definition,
+    below_autograd_lines,
     distinct_storage_source,
     legacy_function_class,
 )
@@ -68,8 +68,9 @@ __all__ = ["generated_call"]
 # checks and errors), given the arguments torch's Autograd kernel gets (the dispatcher leaves out
 # trailing arguments equal to their defaults, and backward's ``ctx.needs_input_grad`` shows it);
 # else the kernel alone below autograd (See NOTE: [where torch's Autograd kernel runs]), or the
-# kernel alone where torch's Autograd kernel does not run (inference mode, below autograd,
-# inference tensors). Trailing arguments equal to their defaults reach the kernel as its defaults,
+# kernel alone where torch's Autograd kernel does not run (inference mode, below autograd:
+# the guard changes nothing there, See NOTE: [the guard where autograd is excluded]; inference
+# tensors). Trailing arguments equal to their defaults reach the kernel as its defaults,
 # as the dispatcher passes them. The call takes its parameters by position only and binds keywords
 # in its body (``positional_parameters``, ``keyword_lines``), so that a parameter given both by
 # position and by keyword gets the dispatcher's error, not Python's. torch's aliasing rule: a single
@@ -150,7 +151,8 @@ def _autograd_class(
     )
     lines = [f"def $function({', '.join(['$ctx', *names[:given], '$metadata'])}):"]
     lines += [f"    {n} = $default{i}" for i, n in enumerate(names) if i >= given]
-    lines += ["    with $below():", f"        $output = $kernel({call})"]
+    g_below: Dict[str, Any] = {}  # the guard's names
+    lines += [f"    {line}" for line in below_autograd_lines(f"$output = $kernel({call})", g_below)]
     # The output is checked before setup_context runs: a wrong one is handed to the dispatcher.
     lines.append(f"    if not ($type($output) is $Tensor and {distinct}):")
     lines.append(f"        $verified($state, {inputs}, $output)")
@@ -162,9 +164,9 @@ def _autograd_class(
         "".join(line + "\n" for line in lines),
         {
             **globals_,
+            **g_below,
             "kernel": opdef._init_fn,
             "setup_context": opdef._setup_context_fn,
-            "below": BelowAutograd,
             "type": type,
             "Tensor": torch.Tensor,
             "storage_id": storage_id,
@@ -233,7 +235,6 @@ def _short_path_lines(
     g["grad_enabled"] = torch.is_grad_enabled
     grad = f"({' or '.join(f'{t}.requires_grad' for t in tensors) or 'False'}) and $grad_enabled()"
     inference = " and ".join(f"{t}.is_inference()" for t in tensors) or "False"
-    g["below"] = BelowAutograd
     distinct = distinct_storage_source(
         "$out", tensors, {"storage_id": "$storage_id", "alias_of": "$alias_of"}
     )
@@ -256,14 +257,13 @@ def _short_path_lines(
     if AUTOGRAD_KERNEL_ALWAYS_APPLIES:
         body += [f"if $excluded() or {inference}:", *direct]
         body += ["else:", *_apply_lines(opdef, names, tensors, g)]
-    else:
-        body += ["if $excluded():", *direct, f"elif {grad}:"]
-        body += [*_apply_lines(opdef, names, tensors, g), f"elif {inference}:", *direct]
+    else:  # See NOTE: [the guard where autograd is excluded]
+        body += [f"if {grad} and not $excluded():", *_apply_lines(opdef, names, tensors, g)]
+        body += [f"elif {inference}:", *direct]
         body += [
             "else:",
             *_elided_defaults_lines(kinds, g, "    "),
-            "    with $below():",
-            f"        $out = $kernel({call})",
+            *(f"    {line}" for line in below_autograd_lines(f"$out = $kernel({call})", g)),
         ]
     body += [
         f"if $type($out) is $Tensor and {distinct}:",

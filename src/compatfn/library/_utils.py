@@ -10,11 +10,14 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import torch
 
 from compatfn.library._facts import (
+    BELOW_AUTOGRAD_GUARDS,
     GUARD_IS_CONTEXT,
+    GUARDS_REUSABLE,
     RESERVED_NAMESPACES,
     BelowAutograd,
     increment_version,
     is_alias_of,
+    new_below_autograd_guard,
     storage_id,
 )
 
@@ -224,6 +227,17 @@ def below_autograd_lines(assignment: str, globals_: Dict[str, Any]) -> List[str]
     run ``assignment`` as it is."""
     if BelowAutograd is None:
         return [assignment]
+    if GUARDS_REUSABLE:  # See NOTE: [reused below-autograd guards]
+        globals_.update(guards=BELOW_AUTOGRAD_GUARDS, new=new_below_autograd_guard, guard=None)
+        return [
+            "try:",
+            "    $guard = $guards.pop()",
+            "except IndexError:",
+            "    $guard = $new()",
+            "with $guard:",
+            f"    {assignment}",
+            "$guards.append($guard)",
+        ]
     globals_["below"] = BelowAutograd
     if GUARD_IS_CONTEXT:
         return ["with $below():", f"    {assignment}"]
