@@ -6,7 +6,7 @@ per call."""
 
 import contextlib
 import threading
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import pytest
 import torch
@@ -45,26 +45,18 @@ class _HeldGuard:
         del self.guard
 
 
-def recording_op(tier: str, seen: List[Any], kernel: Callable = lambda x: x * 2) -> Any:
-    """An op with a formula whose kernel appends what it sees to ``seen``."""
+def recording_op(tier: Optional[str], seen: List[Any], kernel: Callable = lambda x: x * 2) -> Any:
+    """An op with a formula whose kernel appends what it sees to ``seen``, on ``tier`` or (None)
+    made by torch's own ``torch.library.custom_op`` (the control)."""
 
     def recorded(x: torch.Tensor) -> torch.Tensor:
         seen.append(excluded_keys())
         return kernel(x)
 
-    op = make(tier, "recorded")(recorded)
-    op.register_autograd(lambda ctx, g: g * 2)
-    return op
-
-
-def torch_recording_op(seen: List[Any]) -> Any:
-    """``recording_op`` made by torch's own ``torch.library.custom_op`` (the control)."""
-
-    def recorded(x: torch.Tensor) -> torch.Tensor:
-        seen.append(excluded_keys())
-        return x * 2
-
-    op = torch.library.custom_op(f"{fresh('control')}::recorded", recorded, mutates_args=())
+    if tier is None:
+        op = torch.library.custom_op(f"{fresh('control')}::recorded", recorded, mutates_args=())
+    else:
+        op = make(tier, "recorded")(recorded)
     op.register_autograd(lambda ctx, g: g * 2)
     return op
 
@@ -119,7 +111,7 @@ def test_where_autograd_is_excluded_the_kernel_sees_that_state(tier, context, in
     seen: List[Any] = []
     ops = [recording_op(tier, seen)]
     if _facts.HAS_TORCH_CUSTOM_OP:
-        ops.append(torch_recording_op(seen))
+        ops.append(recording_op(None, seen))
     for op in ops:
         with context():
             expected = excluded_keys()

@@ -125,7 +125,7 @@ def custom_op_note() -> str:
         notes.append(
             f"torch's own op objects, untouched (every call through the dispatcher): {problem}"
         )
-    if GUARD_IS_CONTEXT and not GUARDS_REUSABLE and TIER != "function":
+    if GUARD_IS_CONTEXT and not GUARDS_REUSABLE:  # torch >= 2.1: never the function tier
         notes.append(
             "a below-autograd guard made per call (torch's _ExcludeDispatchKeyGuard cannot stand "
             "for _AutoDispatchBelowAutograd here): exact, slower"
