@@ -102,16 +102,16 @@ def test_a_torch_function_mode_sees_the_operator(tier):
 
 @pytest.mark.skipif(not HAS_LAZY_CONJ, reason="no lazy conjugate views before torch 1.10")
 @pytest.mark.parametrize("tier", TIERS)
-@pytest.mark.parametrize("view", ["conj", "neg"])
+@pytest.mark.parametrize("view", ["conj", "neg", "imag_of_conj"])
 @pytest.mark.parametrize("grad", [False, True])
 def test_lazy_views_are_materialized_before_the_kernel(tier, view, grad):
     op = _op(tier)
-    if view == "conj":
-        base = torch.tensor([1 + 2j, 3 - 1j], requires_grad=grad)
-        x = base.conj()
-    else:
+    if view == "neg":
         base = torch.tensor([1.0, 2.0], requires_grad=grad)
         x = torch._neg_view(base)
+    else:
+        base = torch.tensor([1 + 2j, 3 - 1j], requires_grad=grad)
+        x = base.conj() if view == "conj" else base.conj().imag  # the latter: real, negated
     assert x.is_conj() or x.is_neg()
     _double.seen.clear()
     out = op(x)
@@ -123,6 +123,32 @@ def test_lazy_views_are_materialized_before_the_kernel(tier, view, grad):
             (x * 2).abs().sum() if view == "conj" else (x * 2).sum(), base
         )
         assert torch.allclose(g, expected)
+
+
+def _lazy_view_candidates() -> List[torch.Tensor]:
+    """Real and complex tensors, lazily conjugated, negated, both, or neither, as torch's public
+    operations make them."""
+    z = torch.tensor([[1 + 2j, 3 - 1j], [0.5j, -2 + 0j]])
+    r = torch.tensor([[1.0, -2.0], [3.0, 4.0]])
+    made = [r, z, z.conj(), z.conj().conj(), z.conj().imag, z.conj().real, z.imag, r.conj()]
+    made += [torch._neg_view(r), torch._neg_view(z), torch._neg_view(z.conj())]
+    made += [z.conj().imag.t(), z.conj()[0], z.conj().imag.view(4), torch._neg_view(r)[1:]]
+    made += [r.to(torch.float64).conj(), z.to(torch.complex128).conj(), z.conj().imag.double()]
+    return made
+
+
+@pytest.mark.skipif(not HAS_LAZY_CONJ, reason="no lazy conjugate views before torch 1.10")
+def test_the_lazy_view_test_asks_is_conj_only_of_complex_tensors():
+    # See NOTE: [lazy views of real tensors]: the generated test must agree with torch's own
+    # is_conj() and is_neg(), and no real tensor carries the conjugate bit.
+    from compatfn.library._utils import lazy_view_source
+
+    source = lazy_view_source("t")
+    candidates = _lazy_view_candidates()
+    assert {bool(t.is_conj()) for t in candidates} == {False, True}
+    for t in candidates:
+        assert eval(source, {"t": t}) == (t.is_conj() or t.is_neg()), (t.dtype, t)
+        assert t.dtype.is_complex or not t.is_conj()
 
 
 @pytest.mark.skipif(not HAS_LAZY_CONJ, reason="no lazy conjugate views before torch 1.10")

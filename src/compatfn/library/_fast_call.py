@@ -32,7 +32,12 @@ from compatfn.library._facts import (
 )
 from compatfn.library._generated import generated_function
 from compatfn.library._kernels import as_autograd_returned, checked_output
-from compatfn.library._utils import below_autograd_lines, detached, distinct_storage_source
+from compatfn.library._utils import (
+    below_autograd_lines,
+    detached,
+    distinct_storage_source,
+    lazy_view_source,
+)
 
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
@@ -98,7 +103,7 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     if HAS_META_DEVICE:  # meta tensors get the fake kernel, or torch's error
         plain += [f"not {t}.is_meta" for t in tensors]
     if HAS_LAZY_CONJ:  # the dispatcher's fallbacks materialize these first
-        plain += [f"not ({t}.is_conj() or {t}.is_neg())" for t in tensors]
+        plain += [f"not ({lazy_view_source(t)})" for t in tensors]
     distinct = distinct_storage_source(
         "$out", tensors, {"storage_id": "$storage_id", "alias_of": "$alias_of"}
     )

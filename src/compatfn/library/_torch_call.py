@@ -37,6 +37,7 @@ from compatfn.library._utils import (
     Definition,
     below_autograd_lines,
     distinct_storage_source,
+    lazy_view_source,
     legacy_function_class,
 )
 
@@ -225,7 +226,7 @@ def _short_path_lines(
     g["strided"] = torch.strided
     test += [
         f"$type({t}) is $Tensor and {t}.layout is $strided and not ({t}.is_meta or {t}.is_nested "
-        f"or {t}.is_conj() or {t}.is_neg())"
+        f"or {lazy_view_source(t)})"
         for t in tensors
     ]
     g["kernel"] = opdef._init_fn

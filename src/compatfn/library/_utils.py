@@ -188,6 +188,20 @@ def aliases_any(inputs: Iterable[Any], outputs: Iterable[Any]) -> bool:
     return False
 
 
+# NOTE: [lazy views of real tensors]
+# A lazily conjugated view (``is_conj()``) exists only for complex dtypes: c10's
+# ``TensorImpl::_set_conj`` asserts a complex dtype, and ``conj()`` of a real tensor returns the
+# tensor itself. A lazily negated view (``is_neg()``) can be real (``z.conj().imag``). Reading
+# ``dtype.is_complex`` (two attribute reads) costs less than calling ``is_conj()``, so the generated
+# test asks ``is_conj()`` only of complex tensors.
+
+
+def lazy_view_source(t: str) -> str:
+    """Python source that is True when the tensor named ``t`` is a lazily conjugated or negated
+    view (See NOTE: [lazy views of real tensors])."""
+    return f"{t}.is_neg() or {t}.dtype.is_complex and {t}.is_conj()"
+
+
 def distinct_storage_source(out: str, tensors: Sequence[str], names: Dict[str, str]) -> str:
     """Python source that is True only when the tensor ``out`` shares a storage with none of
     ``tensors`` (See NOTE: [storage identity]). ``names`` maps ``"alias_of"`` and
