@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.types import Number
 
-from library_support import TIERS, make
+from library_support import TIERS, fresh, make
 
 
 def recording_op(tier: str, seen: Dict[str, Any]) -> Any:
@@ -86,3 +86,56 @@ def test_numbers_dtypes_and_tensor_lists_convert_as_the_dispatcher_does(tier):
     assert seen["dt"] is torch.float16 and type(seen["xs"]) is list
     with pytest.raises(RuntimeError, match="Expected a value of type 'number' for argument 'n'"):
         numbers(torch.ones(1), "2", 1.0, 1, torch.float32, [torch.ones(1)])
+
+
+# (annotation, default, given values): what reaches the kernel, recorded from torch 2.15's and
+# 2.13's own custom_op (See NOTE: [arguments equal to their defaults]): an argument of the
+# parameter's type equal to a default of another kind is not left out of the kernel's call.
+DEFAULT_KINDS = [
+    ("int", True, [(None, "True"), (1, "1"), (True, "1"), (2, "2")]),
+    ("int", False, [(None, "False"), (0, "0"), (False, "0")]),
+    ("float", True, [(None, "True"), (1.0, "1.0"), (1, "1.0"), (True, "1.0")]),
+    ("float", 1, [(None, "1"), (1.0, "1"), (1, "1"), (True, "1"), (2.0, "2.0")]),
+    ("bool", 1, [(None, "1"), (True, "True"), (1, "True")]),
+    ("bool", 0, [(None, "0"), (False, "False"), (0, "False")]),
+    ("float", 0.0, [(None, "0.0"), (-0.0, "0.0"), (0, "0.0"), (False, "0.0")]),
+    ("int", 3, [(None, "3"), (3, "3"), (4, "4")]),
+]
+
+
+def _default_kind_op(decorate: Any, annotation: str, default: Any) -> Any:
+    got: List[str] = []
+    source = (
+        f"def kernel(x: torch.Tensor, a: {annotation} = {default!r}) -> torch.Tensor:\n"
+        "    got.append(repr(a))\n"
+        "    return x.clone()\n"
+    )
+    namespace: Dict[str, Any] = {"torch": torch, "got": got}
+    exec(compile(source, "<kernel>", "exec", dont_inherit=True), namespace)  # real annotations
+    return decorate(namespace["kernel"]), got
+
+
+def _kernel_got(op: Any, got: List[str], value: Any, requires_grad: bool) -> str:
+    x = torch.ones(1, requires_grad=requires_grad)
+    got.clear()
+    op(x) if value is None else op(x, value)
+    return got[-1]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("annotation, default, calls", DEFAULT_KINDS)
+def test_an_argument_equal_to_a_default_of_another_kind_reaches_the_kernel(
+    tier, annotation, default, calls
+):
+    """``n: int = True`` given ``1``: the kernel gets ``1`` (compatfn before: ``True``, the
+    default). Where torch has its own custom_op, it must agree with the recorded table."""
+    op, got = _default_kind_op(make(tier, "kinds"), annotation, default)
+    reference = None
+    if tier == "torch":  # torch's own op, side by side
+        own = torch.library.custom_op(f"{fresh('own')}::kinds", mutates_args=())
+        reference = _default_kind_op(own, annotation, default)
+    for value, expected in calls:
+        for requires_grad in (False, True):
+            assert _kernel_got(op, got, value, requires_grad) == expected, (value, requires_grad)
+            if reference is not None:
+                assert _kernel_got(*reference, value, requires_grad) == expected

@@ -15,6 +15,7 @@ import torch
 import compatfn
 import compatfn.testing
 from compatfn import library
+from compatfn.library import _facts
 from library_support import TIERS, TORCH_MINOR, fresh, make
 
 
@@ -519,6 +520,32 @@ def test_no_graph_from_a_captured_parameter(tier):
     out = captures(torch.ones(2))
     assert not out.requires_grad and out.grad_fn is None
     assert not any(o.requires_grad for o in captures_two(torch.ones(2)))
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_setup_context_runs_below_autograd(tier):
+    """torch's Autograd kernel runs setup_context below autograd too, so ``enable_grad()`` inside
+    it records no graph (compatfn's tiers before: a graph). torch 1.8-1.12 have no guard in
+    Python (documented): there it does."""
+    seen: List[bool] = []
+
+    @make(tier, "setup_below")
+    def setup_below(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    def setup_context(ctx, inputs, output):
+        with torch.enable_grad():
+            seen.append((inputs[0] * 3).requires_grad or (output * 3).requires_grad)
+
+    setup_below.register_autograd(lambda ctx, g: g * 2, setup_context=setup_context)
+    calls = [setup_below]
+    if setup_below._opoverload is not None:  # the operator itself: torch's behaviour
+        calls.append(setup_below._opoverload)
+    for call in calls:
+        x = torch.ones(2, requires_grad=True)
+        call(x).sum().backward()
+        assert torch.equal(x.grad, torch.full((2,), 2.0))
+    assert seen == [_facts.BelowAutograd is None] * len(calls)
 
 
 @pytest.mark.parametrize("tier", TIERS)

@@ -64,12 +64,10 @@ def autograd_function(op: CustomOp, dispatched: bool) -> Any:
             return
         args = unflatten(inputs[1:], call.layout)
         output = list(output) if op._returns_list else output
+        kwargs = {"ctx": ctx, "inputs": args, "output": output}
         if op._keyword_only:
-            op._setup_context(
-                ctx=ctx, inputs=args, keyword_only_inputs=call.keyword_only, output=output
-            )
-        else:
-            op._setup_context(ctx=ctx, inputs=args, output=output)
+            kwargs["keyword_only_inputs"] = call.keyword_only
+        below_autograd(op._setup_context, (), kwargs)  # as torch's Autograd kernel runs it
 
     # See Definition: a graph keeps the formula of the definition that recorded it.
     definition: Any = Definition(op)
@@ -163,12 +161,8 @@ def _legacy_kernel_forward(op: CustomOp) -> Any:
         "ctx": None,
         "output": None,
     }
-    lines = [f"def $function($ctx, {call}):"]
-    lines += [
-        f"    {line}" for line in below_autograd_lines(f"$output = $kernel({call})", globals_)
-    ]
-    # torch's aliasing rule and its conversion of the output, before setup_context runs (as
-    # torch's backend kernel checks it).
+    # The kernel, torch's aliasing rule and its conversion of the output (as torch's backend
+    # kernel checks it), then setup_context: all below autograd, as torch's Autograd kernel.
     tensors = [n for _, n in op._tensor_params]
     distinct = distinct_storage_source(
         "$output", tensors, {"storage_id": "$storage_id", "alias_of": "$alias_of"}
@@ -181,10 +175,15 @@ def _legacy_kernel_forward(op: CustomOp) -> Any:
         alias_of=is_alias_of,
         checked_output=checked_output,
     )
-    lines.append(f"    if not ($type($output) is $Tensor and {distinct}):")
-    lines.append(f"        $output = $checked_output($op, {inputs}, $output)")
+    body = [
+        f"$output = $kernel({call})",
+        f"if not ($type($output) is $Tensor and {distinct}):",
+        f"    $output = $checked_output($op, {inputs}, $output)",
+    ]
     if op._setup_context is not None:
-        lines.append(f"    $setup_context($ctx, {inputs}, $output)")
+        body.append(f"$setup_context($ctx, {inputs}, $output)")
+    lines = [f"def $function($ctx, {call}):"]
+    lines += [f"    {line}" for line in below_autograd_lines(body, globals_)]
     lines.append("    return $output")
     return generated_function(
         "".join(line + "\n" for line in lines),

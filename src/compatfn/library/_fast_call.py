@@ -34,6 +34,7 @@ from compatfn.library._generated import generated_function
 from compatfn.library._kernels import as_autograd_returned, checked_output
 from compatfn.library._utils import (
     below_autograd_lines,
+    default_elidable,
     detached,
     distinct_storage_source,
     lazy_view_source,
@@ -196,7 +197,7 @@ def _argument_lines(op: CustomOp, given: str, globals_: Dict[str, Any]) -> List[
         kind, optional, convert = conversion
         globals_[f"convert{i}"] = convert
         converted = f"{name} = $convert{i}({name})"
-        if p.default is not p.empty and not _needs_no_conversion(p.default, kind, optional):
+        if p.default is not p.empty and not _kept_as_written(p.default, kind, optional):
             left_out.append(converted)
         body = [f"if {name}.__class__ is $Missing:", *(f"    {line}" for line in left_out)]
         if raw_under_dynamo:  # the operator's own conversion (dynamo sees numpy scalars apart)
@@ -230,6 +231,9 @@ def _elided_default_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
             continue
         if type(p.default) not in (int, float, bool, str):
             break
+        kind = op._conversions.get(p.name, (None,))[0]  # the argument's exact type
+        if kind is not None and not default_elidable(p.default, kind):
+            break  # See NOTE: [arguments equal to their defaults]
         key = f"default{i}"
         globals_[key] = p.default
         lines += [f"{indent}if {p.name} == ${key}:", f"{indent}    {p.name} = ${key}"]
@@ -239,9 +243,14 @@ def _elided_default_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     return lines
 
 
-def _needs_no_conversion(default: Any, kind: Any, optional: bool) -> bool:
-    """Whether a parameter's default is what converting it would give."""
-    return (default is None and optional) or (kind is not None and type(default) is kind)
+def _kept_as_written(default: Any, kind: Any, optional: bool) -> bool:
+    """Whether a parameter's default reaches the kernel unconverted when the argument is left
+    out: it is what converting it would give, or a number of another kind than the parameter's,
+    which the dispatcher leaves out of the call (See NOTE: [arguments equal to their defaults])."""
+    if (default is None and optional) or (kind is not None and type(default) is kind):
+        return True
+    numeric = type(default) in (int, float, bool)
+    return kind is not None and numeric and not default_elidable(default, kind)
 
 
 def generated_call(op: CustomOp) -> Any:

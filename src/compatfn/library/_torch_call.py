@@ -36,6 +36,7 @@ from compatfn.library._torch_replay import Replay, checked_output, replayed, ver
 from compatfn.library._utils import (
     Definition,
     below_autograd_lines,
+    default_elidable,
     distinct_storage_source,
     lazy_view_source,
     legacy_function_class,
@@ -152,13 +153,17 @@ def _autograd_class(
     )
     lines = [f"def $function({', '.join(['$ctx', *names[:given], '$metadata'])}):"]
     lines += [f"    {n} = $default{i}" for i, n in enumerate(names) if i >= given]
-    g_below: Dict[str, Any] = {}  # the guard's names
-    lines += [f"    {line}" for line in below_autograd_lines(f"$output = $kernel({call})", g_below)]
-    # The output is checked before setup_context runs: a wrong one is handed to the dispatcher.
-    lines.append(f"    if not ($type($output) is $Tensor and {distinct}):")
-    lines.append(f"        $verified($state, {inputs}, $output)")
+    # As torch's Autograd kernel: the kernel, then setup_context, both below autograd; the output
+    # is checked before setup_context runs (a wrong one is handed to the dispatcher).
+    body = [
+        f"$output = $kernel({call})",
+        f"if not ($type($output) is $Tensor and {distinct}):",
+        f"    $verified($state, {inputs}, $output)",
+    ]
     if opdef._setup_context_fn is not None:
-        lines.append(f"    $setup_context(ctx=$ctx, inputs={inputs}, output=$output)")
+        body.append(f"$setup_context(ctx=$ctx, inputs={inputs}, output=$output)")
+    g_below: Dict[str, Any] = {}  # the guard's names
+    lines += [f"    {line}" for line in below_autograd_lines(body, g_below)]
     lines.append("    return $output")
     globals_ = {k: v for k, v in g.items() if k.startswith("default")}
     forward = generated_function(
@@ -257,9 +262,9 @@ def _short_path_lines(
     direct = [*_elided_defaults_lines(kinds, g, "    "), f"    $out = $kernel({call})"]
     if AUTOGRAD_KERNEL_ALWAYS_APPLIES:
         body += [f"if $excluded() or {inference}:", *direct]
-        body += ["else:", *_apply_lines(opdef, names, tensors, g)]
+        body += ["else:", *_apply_lines(opdef, kinds, tensors, g)]
     else:  # See NOTE: [the guard where autograd is excluded]
-        body += [f"if {grad} and not $excluded():", *_apply_lines(opdef, names, tensors, g)]
+        body += [f"if {grad} and not $excluded():", *_apply_lines(opdef, kinds, tensors, g)]
         body += [f"elif {inference}:", *direct]
         body += [
             "else:",
@@ -281,19 +286,32 @@ def _elided_defaults_lines(
     back, as the dispatcher leaves them out of the kernel's call (``-0.0`` for a ``0.0`` default
     reaches the kernel as ``0.0``)."""
     lines: List[str] = []
-    for i in reversed(range(len(kinds))):
+    for i in range(len(kinds) - 1, len(kinds) - 1 - _elidable_count(kinds, g), -1):
         name = kinds[i][0]
-        if f"default{i}" not in g:
-            break
         lines += [f"{indent}if {name} == $default{i}:", f"{indent}    {name} = $default{i}"]
         indent += "    "
     return lines
 
 
-def _apply_lines(opdef: Any, names: List[str], tensors: List[str], g: Dict[str, Any]) -> List[str]:
+def _elidable_count(kinds: List[Tuple[str, Any]], g: Dict[str, Any]) -> int:
+    """How many trailing arguments the dispatcher may leave out: those with a default that an
+    argument of the parameter's type can equal (See NOTE: [arguments equal to their defaults])."""
+    count = 0
+    for i in reversed(range(len(kinds))):
+        key = f"default{i}"
+        if key not in g or not default_elidable(g[key], kinds[i][1]):
+            break
+        count += 1
+    return count
+
+
+def _apply_lines(
+    opdef: Any, kinds: List[Tuple[str, Any]], tensors: List[str], g: Dict[str, Any]
+) -> List[str]:
     """The short path's autograd call, given the arguments torch's Autograd kernel would get:
     trailing arguments equal to their defaults left out, as the dispatcher does."""
-    required = len(names) - sum(1 for i in range(len(names)) if f"default{i}" in g)
+    names = [n for n, _ in kinds]
+    required = len(names) - _elidable_count(kinds, g)
 
     inputs = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
     g["Replay"] = Replay

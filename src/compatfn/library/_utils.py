@@ -188,6 +188,22 @@ def aliases_any(inputs: Iterable[Any], outputs: Iterable[Any]) -> bool:
     return False
 
 
+# NOTE: [arguments equal to their defaults]
+# The dispatcher leaves trailing arguments equal to their defaults out of a Python kernel's call
+# (the kernel then gets its own default: ``-0.0`` for a ``0.0`` default arrives as ``0.0``). It
+# compares the argument, converted to the schema's type, with the default as the schema holds it,
+# and values of different kinds never compare equal: a ``bool`` default of an ``int`` parameter
+# (``n: int = True``) is never equal to an int, an ``int`` default of a ``bool`` parameter never to
+# a bool; an ``int`` default of a ``float`` parameter is equal to the same float (measured on
+# torch 2.13 and 2.15 against their own custom_op).
+
+
+def default_elidable(default: Any, kind: Any) -> bool:
+    """Whether an argument of exactly type ``kind`` can equal ``default`` as the dispatcher
+    compares them (See NOTE: [arguments equal to their defaults])."""
+    return type(default) is kind or (kind is float and type(default) is int)
+
+
 # NOTE: [lazy views of real tensors]
 # A lazily conjugated view (``is_conj()``) exists only for complex dtypes: c10's
 # ``TensorImpl::_set_conj`` asserts a complex dtype, and ``conj()`` of a real tensor returns the
@@ -234,13 +250,15 @@ def legacy_function_class(name: str, forward: Callable, backward: Callable, modu
     )
 
 
-def below_autograd_lines(assignment: str, globals_: Dict[str, Any]) -> List[str]:
-    """Generated lines running ``assignment`` (``"$out = $kernel(x)"``) below autograd, as
-    torch's Autograd kernel runs a custom op's kernel (See NOTE: [where torch's Autograd kernel
-    runs]); ``globals_`` gets the guard as ``below``. torch 1.8 has no guard in Python: the lines
-    run ``assignment`` as it is."""
+def below_autograd_lines(statements: Union[str, List[str]], globals_: Dict[str, Any]) -> List[str]:
+    """Generated lines running ``statements`` (``"$out = $kernel(x)"``, or a list of lines) below
+    autograd, as torch's Autograd kernel runs a custom op's kernel and setup_context (See NOTE:
+    [where torch's Autograd kernel runs]); ``globals_`` gets the guard's names. torch 1.8 has no
+    guard in Python: the lines are ``statements`` as they are."""
+    body = [statements] if isinstance(statements, str) else list(statements)
+    indented = [f"    {line}" for line in body]
     if BelowAutograd is None:
-        return [assignment]
+        return body
     if GUARDS_REUSABLE:  # See NOTE: [reused below-autograd guards]
         globals_.update(guards=BELOW_AUTOGRAD_GUARDS, new=new_below_autograd_guard, guard=None)
         return [
@@ -249,15 +267,15 @@ def below_autograd_lines(assignment: str, globals_: Dict[str, Any]) -> List[str]
             "except IndexError:",
             "    $guard = $new()",
             "with $guard:",
-            f"    {assignment}",
+            *indented,
             "$guards.append($guard)",
         ]
     globals_["below"] = BelowAutograd
     if GUARD_IS_CONTEXT:
-        return ["with $below():", f"    {assignment}"]
+        return ["with $below():", *indented]
     # torch 1.13-2.0: a guard object, active while alive.
     globals_.setdefault("guard", None)
-    return ["$guard = $below()", "try:", f"    {assignment}", "finally:", "    del $guard"]
+    return ["$guard = $below()", "try:", *indented, "finally:", "    del $guard"]
 
 
 class Definition:
