@@ -88,6 +88,14 @@ def test_numbers_dtypes_and_tensor_lists_convert_as_the_dispatcher_does(tier):
         numbers(torch.ones(1), "2", 1.0, 1, torch.float32, [torch.ones(1)])
 
 
+def _with_real_annotations(source: str) -> Any:
+    """The function ``source`` defines, its annotations objects (torch 2.4's own op cannot read
+    strings), named ``kernel``."""
+    namespace: Dict[str, Any] = {"torch": torch}
+    exec(compile(source, "<kernel>", "exec", dont_inherit=True), namespace)
+    return namespace["kernel"]
+
+
 # (annotation, default, given values): what reaches the kernel, recorded from torch 2.15's and
 # 2.13's own custom_op (See NOTE: [arguments equal to their defaults]): an argument of the
 # parameter's type equal to a default of another kind is not left out of the kernel's call.
@@ -105,14 +113,13 @@ DEFAULT_KINDS = [
 
 def _default_kind_op(decorate: Any, annotation: str, default: Any) -> Any:
     got: List[str] = []
-    source = (
+    kernel = _with_real_annotations(
         f"def kernel(x: torch.Tensor, a: {annotation} = {default!r}) -> torch.Tensor:\n"
         "    got.append(repr(a))\n"
         "    return x.clone()\n"
     )
-    namespace: Dict[str, Any] = {"torch": torch, "got": got}
-    exec(compile(source, "<kernel>", "exec", dont_inherit=True), namespace)  # real annotations
-    return decorate(namespace["kernel"]), got
+    kernel.__globals__["got"] = got
+    return decorate(kernel), got
 
 
 def _kernel_got(op: Any, got: List[str], value: Any, requires_grad: bool) -> str:
@@ -139,3 +146,35 @@ def test_an_argument_equal_to_a_default_of_another_kind_reaches_the_kernel(
             assert _kernel_got(op, got, value, requires_grad) == expected, (value, requires_grad)
             if reference is not None:
                 assert _kernel_got(*reference, value, requires_grad) == expected
+
+
+_add_self = _with_real_annotations(
+    "def kernel(x: torch.Tensor, self: torch.Tensor) -> torch.Tensor:\n    return x + self\n"
+)
+_mutate = _with_real_annotations(
+    "def kernel(x: torch.Tensor, y: torch.Tensor) -> None:\n    y.add_(x)\n"
+)
+
+
+SELF_KEYWORD_CALLS = {
+    "parameter named self": (_add_self, (), lambda op: op(torch.ones(2), self=torch.ones(2))),
+    "given twice": (_add_self, (), lambda op: op(torch.ones(2), torch.ones(2), self=1)),
+    "no such parameter": (_add_self, (), lambda op: op(x=torch.ones(2), y=1, self=1)),
+    "an op that mutates": (_mutate, ("y",), lambda op: op(torch.ones(2), y=torch.ones(2), self=1)),
+}
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("case", sorted(SELF_KEYWORD_CALLS))
+def test_a_keyword_named_self_is_torchs_type_error(tier, case):
+    """torch's op is called through ``CustomOpDef.__call__(self, *args, **kwargs)``: a keyword
+    ``self`` is Python's TypeError there (compatfn before: the call bound it to a parameter named
+    ``self``, or raised the dispatcher's error)."""
+    fn, mutates, call = SELF_KEYWORD_CALLS[case]
+    decorators = [make(tier, "selfish", mutates_args=mutates)]
+    if tier == "torch":  # torch's own op, side by side
+        decorators.append(torch.library.custom_op(f"{fresh('own')}::selfish", mutates_args=mutates))
+    for decorate in decorators:
+        with pytest.raises(TypeError) as info:
+            call(decorate(fn))
+        assert str(info.value) == "CustomOpDef.__call__() got multiple values for argument 'self'"

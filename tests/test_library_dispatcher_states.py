@@ -134,6 +134,8 @@ def _lazy_view_candidates() -> List[torch.Tensor]:
     made += [torch._neg_view(r), torch._neg_view(z), torch._neg_view(z.conj())]
     made += [z.conj().imag.t(), z.conj()[0], z.conj().imag.view(4), torch._neg_view(r)[1:]]
     made += [r.to(torch.float64).conj(), z.to(torch.complex128).conj(), z.conj().imag.double()]
+    if hasattr(torch, "_efficientzerotensor"):  # torch >= 1.11
+        made += [torch._efficientzerotensor((2, 2)), torch._efficientzerotensor(2).t()]
     return made
 
 
@@ -141,14 +143,50 @@ def _lazy_view_candidates() -> List[torch.Tensor]:
 def test_the_lazy_view_test_asks_is_conj_only_of_complex_tensors():
     # See NOTE: [lazy views of real tensors]: the generated test must agree with torch's own
     # is_conj() and is_neg(), and no real tensor carries the conjugate bit.
-    from compatfn.library._utils import lazy_view_source
+    from compatfn.library._utils import fallback_source
 
-    source = lazy_view_source("t")
+    source = fallback_source("t")
     candidates = _lazy_view_candidates()
     assert {bool(t.is_conj()) for t in candidates} == {False, True}
     for t in candidates:
-        assert eval(source, {"t": t}) == (t.is_conj() or t.is_neg()), (t.dtype, t)
+        zero = hasattr(t, "_is_zerotensor") and t._is_zerotensor()
+        assert eval(source, {"t": t}) == (t.is_conj() or t.is_neg() or zero), (t.dtype, t)
         assert t.dtype.is_complex or not t.is_conj()
+
+
+HAS_ZERO_TENSOR = hasattr(torch.Tensor, "_is_zerotensor")
+
+
+def _zero_tensor_ops(tier, seen, mutates_args=()):
+    """The op on ``tier`` and, on the torch tier, torch's own op of the same kernel."""
+
+    def zeros(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        seen.append((x._is_zerotensor(), x.stride(), y._is_zerotensor()))
+        if mutates_args:
+            y.add_(x)
+        return x * 2 + y
+
+    ops = [make(tier, "zeros", mutates_args=mutates_args)(zeros)]
+    if tier == "torch":
+        own = torch.library.custom_op(f"{fresh('own')}::zeros", mutates_args=mutates_args)
+        ops.append(own(zeros))
+    return ops
+
+
+@pytest.mark.skipif(not HAS_ZERO_TENSOR, reason="no ZeroTensor before torch 1.11")
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_zero_tensor_is_materialized_before_the_kernel(tier):
+    """torch's ZeroTensor fallback hands the kernel zeros expanded to the shape, and refuses a
+    ZeroTensor the op mutates (compatfn before: the kernel got the ZeroTensor, and returned one)."""
+    seen: List[tuple] = []
+    for op in _zero_tensor_ops(tier, seen):
+        seen.clear()
+        out = op(torch._efficientzerotensor((2, 3)), torch.ones(2, 3))
+        assert seen == [(False, (0, 0), False)]
+        assert not out._is_zerotensor() and torch.equal(out, torch.ones(2, 3))
+    for op in _zero_tensor_ops(tier, seen, mutates_args=("y",)):
+        with pytest.raises(RuntimeError, match=r"^ZeroTensors are immutable"):
+            op(torch.ones(2, 3), torch._efficientzerotensor((2, 3)))
 
 
 @pytest.mark.skipif(not HAS_LAZY_CONJ, reason="no lazy conjugate views before torch 1.10")

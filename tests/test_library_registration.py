@@ -338,6 +338,61 @@ def test_registration_by_name(tier):
         assert torch.equal(named(torch.ones(1)), torch.full((1,), 4.0))
 
 
+def _op_objects(tier: str) -> list:
+    """An op made on ``tier``, and where torch has its own custom_op, one made by torch."""
+    ops = [make(tier, "objects")(_double)]
+    if library.HAS_TORCH_CUSTOM_OP:
+        ops.append(torch.library.custom_op(f"{fresh('own')}::objects", mutates_args=())(_double))
+    return ops
+
+
+def _double(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+_double.__annotations__ = {"x": torch.Tensor, "return": torch.Tensor}  # torch 2.4 reads no str
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_registration_through_an_op_object(tier):
+    """The register functions take an op object, compatfn's or torch's own, as torch's do
+    (compatfn before: ``AttributeError`` reading ``CustomOpDef._schema``), and torch's ``lib=``
+    keyword (ignored for custom ops, as torch ignores it)."""
+    for op in _op_objects(tier):
+        # torch < 2.4 has no FRAGMENT library; compatfn ignores ``lib`` for its ops anyway.
+        lib: Any = object()
+        if library.HAS_TORCH_CUSTOM_OP:
+            lib = torch.library.Library(op._namespace, "FRAGMENT")
+        library.register_kernel(op, "cpu", lambda x: x * 3, lib=lib)
+        library.register_fake(op, lambda x: torch.empty_like(x), lib=lib)
+        library.register_autograd(op, lambda ctx, g: g * 5, lib=lib)
+        x = torch.ones(2, requires_grad=True)
+        out = op(x)
+        assert torch.equal(out.detach(), torch.full((2,), 3.0))
+        assert torch.equal(torch.autograd.grad(out.sum(), x)[0], torch.full((2,), 5.0))
+        if library.HAS_META_DEVICE:
+            assert op(torch.empty(4, device="meta")).shape == (4,)
+
+
+@pytest.mark.parametrize(
+    "function", ["register_kernel", "register_fake", "register_autograd", "register_vmap"]
+)
+def test_an_op_of_another_type_is_torchs_value_error(function):
+    args = ("cpu", lambda x: x) if function == "register_kernel" else (lambda x: x,)
+    expected = f"{function}(123): got unexpected type for op: <class 'int'>"
+    with pytest.raises(ValueError) as info:
+        getattr(library, function)(123, *args)
+    assert str(info.value) == expected
+    if hasattr(getattr(torch, "library", None), function):  # torch 2.4 writes {type(op)}
+        with pytest.raises(ValueError, match=rf"^{function}\((123|op)\): got unexpected type"):
+            getattr(torch.library, function)(123, *args)
+
+
+def test_register_autocast_takes_its_arguments_by_position_only():
+    with pytest.raises(TypeError):
+        library.register_autocast("ns::op", device_type="cpu", cast_inputs=torch.float16)
+
+
 @pytest.mark.parametrize("tier", TIERS)
 def test_a_failed_definition_leaves_nothing_behind(tier):
     """A definition that fails (here: ``mutates_args`` names no parameter) registers nothing:

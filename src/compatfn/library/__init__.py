@@ -51,7 +51,7 @@ functions taking an op by name, ``register_kernel``, ``register_fake``, ``regist
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Union
 
 import torch
 
@@ -179,27 +179,43 @@ def _op_named(qualname: str) -> CustomOp:
     return op
 
 
+#: What torch's register functions take besides names and op objects.
+_OpOverload: Any = getattr(torch._ops, "OpOverload", ())
+_CustomOpDef: Any = getattr(
+    getattr(getattr(torch, "_library", None), "custom_ops", None), "CustomOpDef", ()
+)
+
+
+def _is_custom_op_def(op: Any) -> bool:
+    """An op object made by ``torch.library.custom_op`` (torch >= 2.4; compatfn's too)."""
+    return isinstance(op, _CustomOpDef)
+
+
 def _is_torch_operator(op: Any) -> bool:
     """An ``OpOverload`` (``torch.ops.ns.op.default``) that torch's functions take (2.4+)."""
     return HAS_TORCH_CUSTOM_OP and isinstance(op, torch._ops.OpOverload)
 
 
-def _name_of(op: Any) -> Any:
+def _name_of(op: Any, function: str) -> Any:
     """``"ns::op[.overload]"`` for an ``OpOverload`` of an op compatfn's tiers defined, or any
-    on torch < 2.4 (by name, as torch's functions take it); else ``op`` itself."""
-    schema: Any = None if isinstance(op, (str, CustomOp)) else getattr(op, "_schema", None)
-    if schema is None:
+    on torch < 2.4 (by name, as torch's functions take it); else ``op`` itself: a name or an op
+    object (compatfn's or torch's ``CustomOpDef``). Anything else is torch's ``ValueError``
+    (``function``: the public function's name)."""
+    if isinstance(op, (str, CustomOp)) or _is_custom_op_def(op):
         return op
+    if not isinstance(op, _OpOverload):
+        raise ValueError(f"{function}({op}): got unexpected type for op: {type(op)}")
+    schema = op._schema
     overload = schema.overload_name
     name = schema.name + (f".{overload}" if overload else "")
     return name if name in OPS or not HAS_TORCH_CUSTOM_OP else op
 
 
-def _by_name(method: str, qualname: str, *args: Any, **kwargs: Any) -> Any:
-    """``op.<method>(...)`` of the op compatfn's tiers made, else torch's function by name."""
-    if qualname not in OPS and HAS_TORCH_CUSTOM_OP:
-        return getattr(torch.library, method)(qualname, *args, **kwargs)
-    return getattr(_op_named(qualname), method)(*args, **kwargs)
+def _lib(lib: Any) -> Dict[str, Any]:
+    """The ``lib=`` keyword for torch's register functions: a ``torch.library.Library`` holds
+    what they register for ops torch did not make with ``custom_op`` (torch ignores it for those
+    ops, and so does compatfn for its own)."""
+    return {} if lib is None else {"lib": lib}
 
 
 def register_kernel(
@@ -207,73 +223,105 @@ def register_kernel(
     device_types: Union[str, Sequence[str], None],
     func: Optional[Callable] = None,
     /,
+    *,
+    lib: Any = None,
 ) -> Any:
     """``torch.library.register_kernel`` on every torch, for ops made by :func:`custom_op`.
 
     Example: ``register_kernel("mylib::scaled_sin", "cpu", lambda x, scale=1.0: x.sin())``.
     """
-    op = _name_of(op)
+    op = _name_of(op, "register_kernel")
     if _is_torch_operator(op):
-        return torch.library.register_kernel(op, device_types, func)  # type: ignore[attr-defined]
+        return torch.library.register_kernel(  # type: ignore[attr-defined]
+            op, device_types, func, **_lib(lib)
+        )
     if not isinstance(op, str):
         return op.register_kernel(device_types, func) if func else op.register_kernel(device_types)
     extra = () if func is None else (func,)
-    return _by_name("register_kernel", op, device_types, *extra)
+    if op not in OPS and HAS_TORCH_CUSTOM_OP:
+        return torch.library.register_kernel(op, device_types, *extra, **_lib(lib))
+    return _op_named(op).register_kernel(device_types, *extra)
 
 
-def register_fake(op: Union[str, Any], func: Optional[Callable] = None, /) -> Any:
+def register_fake(
+    op: Union[str, Any],
+    func: Optional[Callable] = None,
+    /,
+    *,
+    lib: Any = None,
+    allow_override: bool = True,
+) -> Any:
     """``torch.library.register_fake`` on every torch, for ops made by :func:`custom_op`.
 
     Example: ``register_fake("mylib::scaled_sin", lambda x, scale=1.0: torch.empty_like(x))``.
     """
-    op = _name_of(op)
+    op = _name_of(op, "register_fake")
+    # torch's own keywords, passed on where torch registers (its releases without them refuse).
+    keywords = {**_lib(lib), **({} if allow_override else {"allow_override": False})}
     if not isinstance(op, str):
         if _is_torch_operator(op):
-            return torch.library.register_fake(op, func)  # type: ignore[attr-defined]
+            return torch.library.register_fake(op, func, **keywords)  # type: ignore[attr-defined]
         return op.register_fake if func is None else op.register_fake(func)
     if op not in OPS and HAS_TORCH_CUSTOM_OP:
-        return torch.library.register_fake(op, func)  # type: ignore[attr-defined]
+        return torch.library.register_fake(op, func, **keywords)  # type: ignore[attr-defined]
     target = _op_named(op)
     return target.register_fake if func is None else target.register_fake(func)
 
 
 def register_autograd(
-    op: Union[str, Any], backward: Callable, /, *, setup_context: Optional[Callable] = None
+    op: Union[str, Any],
+    backward: Callable,
+    /,
+    *,
+    setup_context: Optional[Callable] = None,
+    lib: Any = None,
 ) -> None:
     """``torch.library.register_autograd`` on every torch, for ops made by :func:`custom_op`.
 
     Example: ``register_autograd("mylib::scaled_sin", backward, setup_context=setup_context)``.
     """
-    op = _name_of(op)
+    op = _name_of(op, "register_autograd")
     if _is_torch_operator(op):
         return torch.library.register_autograd(  # type: ignore[attr-defined]
-            op, backward, setup_context=setup_context
+            op, backward, setup_context=setup_context, **_lib(lib)
         )
     if not isinstance(op, str):
         return op.register_autograd(backward, setup_context=setup_context)
-    return _by_name("register_autograd", op, backward, setup_context=setup_context)
+    if op not in OPS and HAS_TORCH_CUSTOM_OP:
+        return torch.library.register_autograd(  # type: ignore[attr-defined]
+            op, backward, setup_context=setup_context, **_lib(lib)
+        )
+    return _op_named(op).register_autograd(backward, setup_context=setup_context)
 
 
-def register_autocast(op: Union[str, Any], device_type: str, cast_inputs: torch.dtype) -> None:
+def register_autocast(
+    op: Union[str, Any], device_type: str, cast_inputs: torch.dtype, /, *, lib: Any = None
+) -> None:
     """``torch.library.register_autocast`` on every torch, for ops made by :func:`custom_op`.
 
     Example: ``register_autocast("mylib::scaled_sin", "cpu", torch.float64)``.
     """
-    op = _name_of(op)
+    op = _name_of(op, "register_autocast")
     if not isinstance(op, str):
         return op.register_autocast(device_type, cast_inputs)
-    return _by_name("register_autocast", op, device_type, cast_inputs)
+    if op not in OPS and hasattr(getattr(torch, "library", None), "register_autocast"):
+        return torch.library.register_autocast(  # type: ignore[attr-defined]
+            op, device_type, cast_inputs, **_lib(lib)
+        )
+    return _op_named(op).register_autocast(device_type, cast_inputs)
 
 
-def register_vmap(op: Union[str, Any], func: Optional[Callable] = None, /) -> Any:
+def register_vmap(
+    op: Union[str, Any], func: Optional[Callable] = None, /, *, lib: Any = None
+) -> Any:
     """``torch.library.register_vmap`` (torch >= 2.5); on older torch the op's
     ``register_vmap``, which explains that the torch cannot vmap a custom operator.
 
     Example: ``register_vmap("mylib::scaled_sin", lambda info, dims, x, scale: ...)``.
     """
-    op = _name_of(op)
+    op = _name_of(op, "register_vmap")
     if not isinstance(op, str):
         return op.register_vmap(func)
     if op not in OPS and hasattr(getattr(torch, "library", None), "register_vmap"):
-        return torch.library.register_vmap(op, func)  # type: ignore[attr-defined]
+        return torch.library.register_vmap(op, func, **_lib(lib))  # type: ignore[attr-defined]
     return _op_named(op).register_vmap(func)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MISSING",
+    "SELF_GIVEN",
     "Conversion",
     "any_left_out",
     "conversions",
@@ -246,6 +247,12 @@ def positional_parameters(
     return header + ["/"] * bool(header), lines, given
 
 
+#: torch's op is called through ``CustomOpDef.__call__(self, *args, **kwargs)``: a keyword named
+#: ``self`` is Python's error there, whatever the op's parameters (a parameter named ``self``
+#: included), on every torch >= 2.4.
+SELF_GIVEN = "CustomOpDef.__call__() got multiple values for argument 'self'"
+
+
 def keyword_lines(
     names: Sequence[str], wrong: str, globals_: Dict[str, Any], keyword_only: Sequence[str] = ()
 ) -> List[str]:
@@ -254,10 +261,13 @@ def keyword_lines(
     the ``keyword_only`` ones (``MISSING`` when not given; the header has none of them), as
     Python binds them, except that a parameter given both by position and by keyword, or a
     keyword no parameter takes, runs ``wrong`` (the dispatcher's error, not Python's
-    ``TypeError``). ``$kwargs`` is read, never changed: it stays the keywords as written."""
+    ``TypeError``), and a keyword ``self`` raises torch's ``TypeError`` (``SELF_GIVEN``).
+    ``$kwargs`` is read, never changed: it stays the keywords as written."""
     globals_.update(Missing=_MissingType, MISSING=MISSING, len=len, taken=None)
+    globals_.update(TypeError=TypeError, self_given=SELF_GIVEN)
     lines = [f"{name} = $MISSING" for name in keyword_only]
-    lines += ["if $kwargs:", "    $taken = 0"]
+    lines += ["if $kwargs:", "    if 'self' in $kwargs:", "        raise $TypeError($self_given)"]
+    lines += ["    $taken = 0"]
     for name in names:
         lines += [
             f"    if {name!r} in $kwargs:",

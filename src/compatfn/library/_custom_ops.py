@@ -34,7 +34,7 @@ from compatfn.library._kernels import (
 )
 from compatfn.library._no_operator import (
     call_without_operator,
-    lazy_views,
+    fallback_inputs,
     needs_dispatcher,
     refuse_transforms,
     torch_function_arguments,
@@ -210,8 +210,8 @@ class CustomOp:
 
     def _eager_ok(self, inputs: tuple, keyword_only: Dict[str, Any]) -> bool:
         """Whether a call may skip the dispatcher: plain tensors (no proxies, no lazy conjugate or
-        negative views), no tracing, modes, transforms, profiler or forward AD."""
-        if needs_dispatcher() or lazy_views(inputs):
+        negative views, no ZeroTensors), no tracing, modes, transforms, profiler or forward AD."""
+        if needs_dispatcher() or fallback_inputs(inputs):
             return False
         if torch_function_arguments(inputs, keyword_only):  # torch.fx proxies
             return False

@@ -37,6 +37,7 @@ __all__ = [
     "HAS_TAGS",
     "HAS_TORCH_CUSTOM_OP",
     "HAS_TORCH_OPCHECK",
+    "HAS_ZERO_TENSOR",
     "RESERVED_NAMESPACES",
     "TIER",
     "TORCH_CUSTOM_OP_TAKES_TAGS",
@@ -364,6 +365,11 @@ profiler_enabled: Callable[[], bool] = getattr(
 #: the dispatcher's fallbacks materialize before an operator's kernel sees them.
 # Upstream: https://github.com/pytorch/pytorch/blob/v1.10.0/aten/src/ATen/ConjugateFallback.cpp
 HAS_LAZY_CONJ = hasattr(torch.Tensor, "is_neg") and hasattr(torch.Tensor, "is_conj")
+#: ``Tensor._is_zerotensor`` (torch >= 1.11): a ZeroTensor (forward-mode AD's and some backward
+#: formulas' zeros, ``torch._efficientzerotensor``), which the dispatcher's ZeroTensor fallback
+#: hands to a kernel as zeros expanded to its shape, and refuses for an argument the op mutates.
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/aten/src/ATen/ZeroTensorFallback.cpp
+HAS_ZERO_TENSOR = hasattr(torch.Tensor, "_is_zerotensor")
 
 #: What sends a registered op's call through the dispatcher, as source tests (``{}`` stands for
 #: the object next to it): dynamo, dispatch modes, torch.func transforms, the TorchScript tracer

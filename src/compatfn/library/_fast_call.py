@@ -22,6 +22,7 @@ from compatfn.library._facts import (
     HAS_IS_INFERENCE,
     HAS_LAZY_CONJ,
     HAS_META_DEVICE,
+    HAS_ZERO_TENSOR,
     BelowAutograd,
     autograd_excluded,
     dispatcher_test_source,
@@ -37,7 +38,7 @@ from compatfn.library._utils import (
     default_elidable,
     detached,
     distinct_storage_source,
-    lazy_view_source,
+    fallback_source,
 )
 
 if TYPE_CHECKING:
@@ -103,8 +104,8 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     plain += [f"($type({t}) is $Tensor or $type({t}) is $Parameter)" for t in tensors]
     if HAS_META_DEVICE:  # meta tensors get the fake kernel, or torch's error
         plain += [f"not {t}.is_meta" for t in tensors]
-    if HAS_LAZY_CONJ:  # the dispatcher's fallbacks materialize these first
-        plain += [f"not ({lazy_view_source(t)})" for t in tensors]
+    if HAS_LAZY_CONJ or HAS_ZERO_TENSOR:  # the dispatcher's fallbacks materialize these first
+        plain += [f"not ({fallback_source(t)})" for t in tensors]
     distinct = distinct_storage_source(
         "$out", tensors, {"storage_id": "$storage_id", "alias_of": "$alias_of"}
     )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from compatfn.library._no_operator import lazy_views, resolved
+from compatfn.library._no_operator import fallback_inputs, resolved
 from compatfn.library._utils import aliases_any, bump_version, tensors_in
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def run_kernel(op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any]) -> Any
     """Run the call's kernel: torch's aliasing rule on its output, and the version counter of an
     argument it mutated outside torch (NumPy) bumped, so that autograd sees the change."""
     # No operator: lazy views are resolved here (See NOTE: [what the dispatcher does around a call])
-    if op._opoverload is None and lazy_views(inputs):
+    if op._opoverload is None and fallback_inputs(inputs):
         inputs = resolved(op, inputs)
     bump_declared(op, inputs)
     kernel = kernel_for(op, inputs)

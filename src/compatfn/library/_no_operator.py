@@ -11,6 +11,7 @@ import torch
 from compatfn.core import _transforms_active as transforms_active
 from compatfn.library._facts import (
     HAS_LAZY_CONJ,
+    HAS_ZERO_TENSOR,
     dispatcher_test_source,
     fx_calls_any_target,
     profiler_enabled,
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "call_without_operator",
-    "lazy_views",
+    "fallback_inputs",
     "needs_dispatcher",
     "refuse_transforms",
     "resolved",
@@ -53,25 +54,44 @@ def torch_function_arguments(inputs: tuple, keyword_only: Dict[str, Any]) -> Lis
     return found
 
 
-def lazy_views(inputs: tuple) -> bool:
-    """Whether a tensor argument is a lazily conjugated or negated view (torch >= 1.10), which the
-    dispatcher's fallbacks materialize before the kernel runs."""
-    if not HAS_LAZY_CONJ:
+def _lazy(t: torch.Tensor) -> bool:
+    return HAS_LAZY_CONJ and (t.is_conj() or t.is_neg())
+
+
+def _zero(t: torch.Tensor) -> bool:
+    return HAS_ZERO_TENSOR and t._is_zerotensor()
+
+
+def fallback_inputs(inputs: tuple) -> bool:
+    """Whether a tensor argument is one the dispatcher's fallbacks materialize before the kernel
+    runs: a lazily conjugated or negated view (torch >= 1.10) or a ZeroTensor (torch >= 1.11)."""
+    if not (HAS_LAZY_CONJ or HAS_ZERO_TENSOR):
         return False
     return any(
-        isinstance(t, torch.Tensor) and (t.is_conj() or t.is_neg())
+        isinstance(t, torch.Tensor) and (_lazy(t) or _zero(t))
         for v in inputs
         for t in (v if isinstance(v, (list, tuple)) else (v,))
     )
 
 
 def resolved(op: CustomOp, inputs: tuple) -> tuple:
-    """``inputs`` with each lazily conjugated or negated tensor materialized, as the dispatcher's
-    fallbacks hand them to a kernel (an argument the op mutates is refused: the fallback cannot
-    write the kernel's change back through the view)."""
+    """``inputs`` with each lazily conjugated or negated tensor and each ZeroTensor materialized,
+    as the dispatcher's fallbacks hand them to a kernel (an argument the op mutates is refused:
+    the fallback cannot write the kernel's change back through the view; a ZeroTensor is
+    immutable). A ZeroTensor becomes zeros expanded to its shape, as the ZeroTensor fallback
+    makes it."""
 
     def one(i: int, t: Any) -> Any:
-        if not isinstance(t, torch.Tensor) or not (t.is_conj() or t.is_neg()):
+        if not isinstance(t, torch.Tensor):
+            return t
+        if _zero(t):
+            if i in op._mutated:
+                raise RuntimeError(
+                    "ZeroTensors are immutable. Please use the materialized zero tensor obtained "
+                    "using .clone() if you want a mutable tensor."
+                )
+            return torch.zeros((), dtype=t.dtype, device=t.device).expand(t.shape)
+        if not _lazy(t):
             return t
         if i in op._mutated:
             raise RuntimeError(

@@ -12,6 +12,7 @@ import torch
 from compatfn.core import _dynamo_tracing, _transforms_active
 from compatfn.library._convert import (
     MISSING,
+    SELF_GIVEN,
     given_by_position,
     keyword_lines,
     positional_parameters,
@@ -38,7 +39,7 @@ from compatfn.library._utils import (
     below_autograd_lines,
     default_elidable,
     distinct_storage_source,
-    lazy_view_source,
+    fallback_source,
     legacy_function_class,
 )
 
@@ -231,7 +232,7 @@ def _short_path_lines(
     g["strided"] = torch.strided
     test += [
         f"$type({t}) is $Tensor and {t}.layout is $strided and not ({t}.is_meta or {t}.is_nested "
-        f"or {lazy_view_source(t)})"
+        f"or {fallback_source(t)})"
         for t in tensors
     ]
     g["kernel"] = opdef._init_fn
@@ -398,6 +399,8 @@ def _torch_call(state: Dict[str, Any]) -> Callable:
     """torch's own ``CustomOpDef.__call__`` for the op whose state is ``state``: its operator."""
 
     def call(self: Any, /, *args: Any, **kwargs: Any) -> Any:
+        if kwargs and "self" in kwargs:
+            raise TypeError(SELF_GIVEN)
         return state["_opoverload"](*args, **kwargs)
 
     return call

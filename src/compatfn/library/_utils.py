@@ -13,6 +13,8 @@ from compatfn.library._facts import (
     BELOW_AUTOGRAD_GUARDS,
     GUARD_IS_CONTEXT,
     GUARDS_REUSABLE,
+    HAS_LAZY_CONJ,
+    HAS_ZERO_TENSOR,
     RESERVED_NAMESPACES,
     BelowAutograd,
     increment_version,
@@ -212,10 +214,16 @@ def default_elidable(default: Any, kind: Any) -> bool:
 # test asks ``is_conj()`` only of complex tensors.
 
 
-def lazy_view_source(t: str) -> str:
-    """Python source that is True when the tensor named ``t`` is a lazily conjugated or negated
-    view (See NOTE: [lazy views of real tensors])."""
-    return f"{t}.is_neg() or {t}.dtype.is_complex and {t}.is_conj()"
+def fallback_source(t: str) -> str:
+    """Python source that is True when the tensor named ``t`` is one the dispatcher's fallbacks
+    materialize before a kernel sees it: a lazily conjugated or negated view (See NOTE: [lazy
+    views of real tensors]) or a ZeroTensor; ``"False"`` on a torch without either."""
+    tests = []
+    if HAS_LAZY_CONJ:
+        tests.append(f"{t}.is_neg() or {t}.dtype.is_complex and {t}.is_conj()")
+    if HAS_ZERO_TENSOR:
+        tests.append(f"{t}._is_zerotensor()")
+    return " or ".join(tests) or "False"
 
 
 def distinct_storage_source(out: str, tensors: Sequence[str], names: Dict[str, str]) -> str:
