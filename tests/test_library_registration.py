@@ -311,6 +311,21 @@ def test_tags(tier):
 # --------------------------------------------------------------------------- ops by name
 
 
+def _register_and_check(target: Any, op: Any, **keywords: Any) -> None:
+    """Register a kernel (x * 3), a fake kernel and a backward (g * 5) for ``op`` through
+    ``target`` (its name or an op object) with compatfn.library's functions; check ``op`` uses
+    them."""
+    library.register_kernel(target, "cpu", lambda x: x * 3, **keywords)
+    library.register_fake(target, lambda x: torch.empty_like(x), **keywords)
+    library.register_autograd(target, lambda ctx, g: g * 5, **keywords)
+    x = torch.ones(2, requires_grad=True)
+    out = op(x)
+    assert torch.equal(out.detach(), torch.full((2,), 3.0))
+    assert torch.equal(torch.autograd.grad(out.sum(), x)[0], torch.full((2,), 5.0))
+    if library.HAS_META_DEVICE:
+        assert op(torch.empty(4, device="meta")).shape == (4,)
+
+
 @pytest.mark.parametrize("tier", TIERS)
 def test_registration_by_name(tier):
     """``register_kernel``/``register_fake``/``register_autograd`` by ``"ns::op"`` for an op
@@ -321,15 +336,7 @@ def test_registration_by_name(tier):
     def named(x: torch.Tensor) -> torch.Tensor:
         return x * 2
 
-    library.register_kernel(qualname, "cpu", lambda x: x * 3)
-    library.register_fake(qualname, lambda x: torch.empty_like(x))
-    library.register_autograd(qualname, lambda ctx, g: g * 5)
-    x = torch.ones(2, requires_grad=True)
-    out = named(x)
-    assert torch.equal(out.detach(), torch.full((2,), 3.0))
-    assert torch.equal(torch.autograd.grad(out.sum(), x)[0], torch.full((2,), 5.0))
-    if library.HAS_META_DEVICE:
-        assert named(torch.empty(4, device="meta")).shape == (4,)
+    _register_and_check(qualname, named)
     # An op nobody defined: torch's error where torch has the function, compatfn's before.
     with pytest.raises(RuntimeError, match=r"operator \w+::unknown does not exist"):
         library.register_fake(f"{fresh(tier)}::unknown", lambda x: x)
@@ -363,15 +370,7 @@ def test_registration_through_an_op_object(tier):
         lib: Any = object()
         if library.HAS_TORCH_CUSTOM_OP:
             lib = torch.library.Library(op._namespace, "FRAGMENT")
-        library.register_kernel(op, "cpu", lambda x: x * 3, lib=lib)
-        library.register_fake(op, lambda x: torch.empty_like(x), lib=lib)
-        library.register_autograd(op, lambda ctx, g: g * 5, lib=lib)
-        x = torch.ones(2, requires_grad=True)
-        out = op(x)
-        assert torch.equal(out.detach(), torch.full((2,), 3.0))
-        assert torch.equal(torch.autograd.grad(out.sum(), x)[0], torch.full((2,), 5.0))
-        if library.HAS_META_DEVICE:
-            assert op(torch.empty(4, device="meta")).shape == (4,)
+        _register_and_check(op, op, lib=lib)
 
 
 @pytest.mark.parametrize(
