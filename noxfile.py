@@ -172,8 +172,8 @@ def lint(session: nox.Session) -> None:
 @nox.session(name="report", python=False, default=False)
 def report_(session: nox.Session) -> None:
     """Turn reports/junit/*.xml into the support table; write it to docs/support.md and
-    reports/."""
-    table = report.render(JUNIT_DIR)
+    reports/. A row with no report keeps its cells from the table the page holds."""
+    table = report.render(JUNIT_DIR, previous=report.table_in(SUPPORT_PAGE))
     out = ROOT / "reports" / "support-table.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(table)

@@ -64,8 +64,9 @@ CONTEXTS = [
 #: stored outcomes of the older rows do not have them. ``meta``: each tensor argument on the meta
 #: device; ``fake_mode``: FakeTensors under their FakeTensorMode; ``dispatch_mode``: a
 #: TorchDispatchMode sees the op (and a nested op); the transforms of ``library_oracle_transforms``
-#: (compile, export, fx, jit, vmap, torch.func).
-SIDE_BY_SIDE_CONTEXTS = ["meta", "fake_mode", "dispatch_mode", *TRANSFORMS]
+#: (compile, export, fx, jit, vmap, torch.func); ``zero_tensors``: each tensor argument that
+#: requires no grad a ZeroTensor.
+SIDE_BY_SIDE_CONTEXTS = ["meta", "fake_mode", "dispatch_mode", "zero_tensors", *TRANSFORMS]
 
 
 @st.composite

@@ -108,6 +108,20 @@ def _abstract_arguments(
     return positional, dict(zip(names, values)), tensors, mode
 
 
+def _zero_arguments(positional: list, keywords: dict) -> Tuple[list, dict, List[Any]]:
+    """The call's arguments with each tensor that requires no grad a ZeroTensor of its shape and
+    dtype (torch >= 1.11); the tensors in order."""
+
+    def convert(t: Any) -> Any:
+        return t if t.requires_grad else torch._efficientzerotensor(t.shape, dtype=t.dtype)
+
+    tensors: List[Any] = []
+    positional = _converted(positional, convert, tensors)
+    names = list(keywords)
+    values = _converted([keywords[n] for n in names], convert, tensors)
+    return positional, dict(zip(names, values)), tensors
+
+
 def _neg_view(value: Any) -> Any:
     """``value``, where a tensor, as a lazily negated view with its values (``-value`` viewed
     negated: gradients reach ``value``)."""
@@ -123,6 +137,8 @@ def call_arguments(case: Dict[str, Any]) -> Tuple[list, dict, List[Any], Any]:
     if case["context"] == "neg_views":  # each tensor argument a lazily negated view
         positional = [_neg_view(v) for v in positional]
         keywords = {k: _neg_view(v) for k, v in keywords.items()}
+    if case["context"] == "zero_tensors":
+        positional, keywords, tensors = _zero_arguments(positional, keywords)
     mode: Any = contextlib.nullcontext()
     if case["context"] in ("meta", "fake_mode"):
         positional, keywords, tensors, mode = _abstract_arguments(
@@ -142,6 +158,7 @@ _CONTEXT_NEEDS = {
     "torch_function_mode": ("TorchFunctionMode", torch.overrides),  # torch >= 1.13
     "forward_ad_level": ("forward_ad", torch.autograd),
     "neg_views": ("_neg_view", torch),  # torch >= 1.10
+    "zero_tensors": ("_efficientzerotensor", torch),  # torch >= 1.11
 }
 
 

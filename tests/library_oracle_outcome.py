@@ -30,8 +30,10 @@ def _is_inference(t: torch.Tensor) -> bool:
 
 
 def _abstract(t: torch.Tensor) -> bool:
-    """A tensor without data: on the meta device, or a FakeTensor."""
-    return bool(t.is_meta) or type(t).__name__ == "FakeTensor"
+    """A tensor without data: on the meta device, a FakeTensor or a ZeroTensor (its shape is
+    recorded, and that it is one)."""
+    zero = getattr(t, "_is_zerotensor", lambda: False)()
+    return bool(t.is_meta) or type(t).__name__ == "FakeTensor" or zero
 
 
 def _describe(value: Any, inputs: List[Any]) -> Any:

@@ -57,6 +57,38 @@ def test_report_cells(report: ModuleType, tmp_path: Path) -> None:
     assert lines[middle].count("not run") == 6  # CPU, CUDA, legacy, 2 flags, date
 
 
+def test_a_row_without_a_report_keeps_its_previous_cells(
+    report: ModuleType, tmp_path: Path
+) -> None:
+    oldest, newest = matrix.ROWS[0], matrix.ROWS[-1]
+    features = json.dumps({"setup_context": True})
+    (tmp_path / f"{matrix.session_name('tests', newest)}.xml").write_text(
+        '<testsuites><testsuite tests="3" failures="0" errors="0" skipped="0" '
+        'timestamp="2026-12-06T02:00:00">'
+        f"<properties><property name=\"features\" value='{features}'/></properties>"
+        "</testsuite></testsuites>"
+    )
+    previous = (
+        "| torch | Python | CPU | CUDA | legacy forced | setup_context | run on |\n"
+        "|---|---|---|---|---|---|---|\n"
+        f"| {oldest.torch} | {oldest.python} | pass (9 passed) | not run | n/a (always legacy) "
+        "| no | 2026-12-01 10:00 |\n"
+        f"| {newest.torch} | {newest.python} | **FAIL** (1 failed) | not run | not run | yes "
+        "| 2026-12-01 11:00 |\n"
+    )
+    lines = {
+        line.split("|")[1].strip(): line
+        for line in report.render(tmp_path, previous=previous).splitlines()
+        if line.startswith("| ")
+    }
+    assert lines["torch"].endswith("| setup_context | run on |")
+    assert lines[oldest.torch] == previous.splitlines()[2]  # kept as it was, date included
+    assert "pass (3 passed)" in lines[newest.torch]  # the new report wins
+    assert lines[newest.torch].endswith("| yes | 2026-12-06 02:00 |")
+    middle = matrix.ROWS[len(matrix.ROWS) // 2].torch
+    assert lines[middle].count("not run") == 5  # in neither: CPU, CUDA, legacy, flag, date
+
+
 def test_report_counts_xfailed_and_xpassed_apart(report: ModuleType, tmp_path: Path) -> None:
     path = tmp_path / "tests-x.xml"
     path.write_text(

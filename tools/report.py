@@ -186,14 +186,31 @@ def _flag(value: object) -> str:
     return str(value)
 
 
-def render(junit_dir: Path, installed_dir: Optional[Path] = None) -> str:
+def previous_rows(table: str) -> Dict[str, Dict[str, str]]:
+    """The cells of each row of a support table (``table_in``'s text), by column name, keyed by
+    its torch release; ``{}`` for no table."""
+    lines = [line for line in table.splitlines() if line.startswith("| ")]
+    if not lines:
+        return {}
+    header = [c.strip() for c in lines[0].strip(" |").split(" | ")]
+    rows = {}
+    for line in lines[1:]:
+        cells = [c.strip() for c in line.strip(" |").split(" | ")]
+        rows[cells[0]] = dict(zip(header, cells))
+    return rows
+
+
+def render(junit_dir: Path, installed_dir: Optional[Path] = None, previous: str = "") -> str:
     """The markdown support table: one row per torch release of ``matrix.ROWS``.
 
     The CUDA column comes from a GPU check under ``installed_dir`` (default: ``installed/`` next
-    to ``junit_dir``) for that row's torch minor, else from the ``cuda-X-Y`` session's XML.
+    to ``junit_dir``) for that row's torch minor, else from the ``cuda-X-Y`` session's XML. A row
+    with no report at all keeps its cells, date included, from ``previous`` (the table the page
+    holds), where that has the row.
     """
     gpu = _gpu_checks(find_installed(installed_dir or junit_dir.parent / "installed"))
-    rows = []
+    kept = previous_rows(previous)
+    rows: List[Dict[str, str]] = []
     feature_names: List[str] = []
     for row in matrix.ROWS:
         cpu = _load(junit_dir, matrix.session_name("tests", row))
@@ -206,6 +223,10 @@ def render(junit_dir: Path, installed_dir: Optional[Path] = None) -> str:
             if row.setup_context
             else None
         )
+        if cpu is None and cuda is None and legacy is None and row.torch in kept:
+            rows.append(kept[row.torch])
+            feature_names += [n for n in list(kept[row.torch])[5:-1] if n not in feature_names]
+            continue
         features: Dict[str, object] = {}
         for result in (cpu, legacy, cuda):
             if result is not None and "features" in result.properties:
@@ -221,27 +242,24 @@ def render(junit_dir: Path, installed_dir: Optional[Path] = None) -> str:
             if r is not None and r.timestamp
         ]
         cuda_cell = checked.cell() if checked else (cuda.cell() if cuda else "not run")
-        rows.append(
-            (
-                row,
-                cpu.cell() if cpu else "not run",
-                cuda_cell,
-                (legacy.cell() if legacy else "not run")
-                if row.setup_context
-                else "n/a (always legacy)",
-                features,
-                max(stamps) if stamps else "",
-            )
-        )
+        legacy_cell = legacy.cell() if legacy else "not run"
+        cells = {
+            "torch": row.torch,
+            "Python": row.python,
+            "CPU": cpu.cell() if cpu else "not run",
+            "CUDA": cuda_cell,
+            "legacy forced": legacy_cell if row.setup_context else "n/a (always legacy)",
+            **{n: _flag(v) for n, v in features.items()},
+            "run on": max(stamps) if stamps else "not run",
+        }
+        rows.append(cells)
     header = ["torch", "Python", "CPU", "CUDA", "legacy forced", *feature_names, "run on"]
     lines = [
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" for _ in header) + "|",
     ]
-    for row, cpu_cell, cuda_cell, legacy_cell, features, stamp in rows:
-        flags = [_flag(features[n]) if n in features else "not run" for n in feature_names]
-        cells = [row.torch, row.python, cpu_cell, cuda_cell, legacy_cell, *flags]
-        lines.append("| " + " | ".join([*cells, stamp or "not run"]) + " |")
+    for cells in rows:
+        lines.append("| " + " | ".join(cells.get(n, "not run") for n in header) + " |")
     for key, check in sorted(gpu.items()):  # torch releases the matrix does not name
         lines.append(f"\nOutside the matrix, torch {key}: CUDA {check.cell()}.")
     legend = (
