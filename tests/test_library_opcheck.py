@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import itertools
+from typing import Any
 
 import pytest
 import torch
@@ -105,22 +107,49 @@ def test_a_wrong_fake_kernel_fails_opcheck(tier):
         compatfn.testing.opcheck(bad_fake, (torch.randn(3),), test_utils="test_faketensor")
 
 
-@pytest.mark.parametrize("tier", TIERS)
-def test_compiled_results_different_from_eager_fail_opcheck(tier):
-    """A kernel that returns something else on every call: compiled and eager differ."""
+def _aot_check(tier: str, step: float, **tolerances: float) -> Any:
+    """opcheck's ``test_aot_dispatch_dynamic`` of an op whose kernel returns something else on
+    every call (``step`` more each time): compiled and eager differ by that much."""
     if tier == "function" or compiles() is not None:
         pytest.skip("no torch.compile of the op here (function tier or this torch)")
     calls = itertools.count()
 
     @make(tier, "drifting")
     def drifting(x: torch.Tensor) -> torch.Tensor:
-        return x + next(calls)
+        return x + next(calls) * step
 
     drifting.register_fake(lambda x: torch.empty_like(x))
     result = compatfn.testing.opcheck(
-        drifting, (torch.randn(3),), test_utils="test_aot_dispatch_dynamic", raise_exception=False
+        drifting,
+        (torch.ones(3),),
+        test_utils="test_aot_dispatch_dynamic",
+        raise_exception=False,
+        **tolerances,
     )
-    assert isinstance(result["test_aot_dispatch_dynamic"], Exception), result
+    return result["test_aot_dispatch_dynamic"]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_compiled_results_different_from_eager_fail_opcheck(tier):
+    assert isinstance(_aot_check(tier, 1.0), Exception)
+
+
+def _torch_opcheck_takes_tolerances() -> bool:
+    opcheck = getattr(getattr(torch, "library", None), "opcheck", None)
+    return opcheck is None or "atol" in inspect.signature(opcheck).parameters
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_opcheck_tolerances(tier):
+    """``atol``/``rtol`` as torch's opcheck takes them (torch 2.4's has none: its TypeError)."""
+    assert isinstance(_aot_check(tier, 1e-4), Exception)
+    if not library.HAS_TORCH_OPCHECK:  # compatfn's own opcheck compares with them
+        assert _aot_check(tier, 1e-4, atol=0.1, rtol=0.0) == "SUCCESS"
+    elif _torch_opcheck_takes_tolerances():  # handed to torch's (which reads them its way)
+        _aot_check(tier, 1e-4, atol=0.1, rtol=0.0)
+    else:
+        with pytest.raises(TypeError, match="atol"):
+            _aot_check(tier, 1e-4, atol=0.1, rtol=0.0)
 
 
 @pytest.mark.parametrize("tier", TIERS)

@@ -387,6 +387,30 @@ def test_an_op_of_another_type_is_torchs_value_error(function):
             getattr(torch.library, function)(123, *args)
 
 
+@pytest.mark.parametrize("tier", TIERS)
+def test_register_torch_dispatch_by_name_and_object(tier):
+    """As torch's function (torch >= 2.5), by name or op object; compatfn's own tiers: the op
+    method's error."""
+    op = make(tier, "dispatched")(_double)
+    if tier != "torch":
+        for target in (op, op._qualname):
+            with pytest.raises(NotImplementedError, match="register_torch_dispatch needs torch"):
+                library.register_torch_dispatch(target, object, lambda *args: None)
+        return
+    if not hasattr(torch.library, "register_torch_dispatch"):
+        pytest.skip("torch 2.4's CustomOpDef has no register_torch_dispatch (documented)")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    for i, target in enumerate((op, op._qualname)):
+        library.register_torch_dispatch(target, Mode, lambda mode, f, types, a, k, i=i: a[0] * i)
+        with Mode():
+            assert torch.equal(op(torch.ones(2)), torch.full((2,), float(i)))
+
+
 def test_register_autocast_takes_its_arguments_by_position_only():
     with pytest.raises(TypeError):
         library.register_autocast("ns::op", device_type="cpu", cast_inputs=torch.float16)

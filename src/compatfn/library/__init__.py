@@ -46,7 +46,7 @@ The modules follow torch's own ``torch/_library``: ``_facts`` (every torch fact)
 Public here besides ``custom_op`` (which ``compatfn`` re-exports): ``CustomOp``, ``TIER``,
 ``infer_schema``, ``opcheck`` (also ``compatfn.testing.opcheck``), ``OpCheckError`` and the
 functions taking an op by name, ``register_kernel``, ``register_fake``, ``register_autograd``,
-``register_autocast``, ``register_vmap``.
+``register_autocast``, ``register_vmap``, ``register_torch_dispatch``.
 """
 
 from __future__ import annotations
@@ -211,6 +211,19 @@ def _name_of(op: Any, function: str) -> Any:
     return name if name in OPS or not HAS_TORCH_CUSTOM_OP else op
 
 
+def _registered(function: str, op: Any, args: tuple, lib: Any) -> Any:
+    """torch.library's ``function`` (a register function) for ``op`` (after ``_name_of``): the op
+    object's method of that name; torch's function for a name compatfn's tiers did not define,
+    where torch has it; else the method of the op of that name (or the error for an unknown
+    one)."""
+    if not isinstance(op, str):
+        return getattr(op, function)(*args)
+    torch_function = getattr(getattr(torch, "library", None), function, None)
+    if op not in OPS and HAS_TORCH_CUSTOM_OP and torch_function is not None:
+        return torch_function(op, *args, **_lib(lib))
+    return getattr(_op_named(op), function)(*args)
+
+
 def _lib(lib: Any) -> Dict[str, Any]:
     """The ``lib=`` keyword for torch's register functions: a ``torch.library.Library`` holds
     what they register for ops torch did not make with ``custom_op`` (torch ignores it for those
@@ -235,12 +248,8 @@ def register_kernel(
         return torch.library.register_kernel(  # type: ignore[attr-defined]
             op, device_types, func, **_lib(lib)
         )
-    if not isinstance(op, str):
-        return op.register_kernel(device_types, func) if func else op.register_kernel(device_types)
     extra = () if func is None else (func,)
-    if op not in OPS and HAS_TORCH_CUSTOM_OP:
-        return torch.library.register_kernel(op, device_types, *extra, **_lib(lib))
-    return _op_named(op).register_kernel(device_types, *extra)
+    return _registered("register_kernel", op, (device_types, *extra), lib)
 
 
 def register_fake(
@@ -302,13 +311,7 @@ def register_autocast(
     Example: ``register_autocast("mylib::scaled_sin", "cpu", torch.float64)``.
     """
     op = _name_of(op, "register_autocast")
-    if not isinstance(op, str):
-        return op.register_autocast(device_type, cast_inputs)
-    if op not in OPS and hasattr(getattr(torch, "library", None), "register_autocast"):
-        return torch.library.register_autocast(  # type: ignore[attr-defined]
-            op, device_type, cast_inputs, **_lib(lib)
-        )
-    return _op_named(op).register_autocast(device_type, cast_inputs)
+    return _registered("register_autocast", op, (device_type, cast_inputs), lib)
 
 
 def register_vmap(
@@ -319,9 +322,23 @@ def register_vmap(
 
     Example: ``register_vmap("mylib::scaled_sin", lambda info, dims, x, scale: ...)``.
     """
-    op = _name_of(op, "register_vmap")
-    if not isinstance(op, str):
-        return op.register_vmap(func)
-    if op not in OPS and hasattr(getattr(torch, "library", None), "register_vmap"):
-        return torch.library.register_vmap(op, func, **_lib(lib))  # type: ignore[attr-defined]
-    return _op_named(op).register_vmap(func)
+    return _registered("register_vmap", _name_of(op, "register_vmap"), (func,), lib)
+
+
+def register_torch_dispatch(
+    op: Union[str, Any],
+    torch_dispatch_class: Any,
+    func: Optional[Callable] = None,
+    /,
+    *,
+    lib: Any = None,
+) -> Any:
+    """``torch.library.register_torch_dispatch`` (torch >= 2.5); on older torch the op's
+    ``register_torch_dispatch``, which explains that the torch cannot.
+
+    Example: ``register_torch_dispatch("mylib::scaled_sin", MyMode, lambda mode, func, types,
+    args, kwargs: ...)``.
+    """
+    extra = () if func is None else (func,)
+    op = _name_of(op, "register_torch_dispatch")
+    return _registered("register_torch_dispatch", op, (torch_dispatch_class, *extra), lib)

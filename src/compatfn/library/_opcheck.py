@@ -35,6 +35,8 @@ def opcheck(
     *,
     test_utils: Union[str, Sequence[str]] = DEFAULT_TEST_UTILS,
     raise_exception: bool = True,
+    atol: Optional[float] = None,
+    rtol: Optional[float] = None,
 ) -> Dict[str, Any]:
     """``torch.library.opcheck`` on every torch: test that ``op`` is registered correctly.
 
@@ -45,7 +47,8 @@ def opcheck(
     ``torch.compile(backend="aot_eager", dynamic=True, fullgraph=True)``: outputs and gradients
     match eager). A test this torch cannot run is reported as ``"SKIPPED: <reason>"``.
     Returns ``{test name: "SUCCESS" | "SKIPPED: ..." | exception}``; raises the first failure
-    unless ``raise_exception=False``.
+    unless ``raise_exception=False``. ``atol``/``rtol``: the tolerances comparing compiled with
+    eager results (torch's opcheck has them after torch 2.4; ``torch.allclose``'s by default here).
 
     Example::
 
@@ -53,12 +56,18 @@ def opcheck(
         {'test_schema': 'SUCCESS', 'test_autograd_registration': 'SUCCESS', ...}
     """
     tests = (test_utils,) if isinstance(test_utils, str) else tuple(test_utils)
+    tolerances = {k: v for k, v in (("atol", atol), ("rtol", rtol)) if v is not None}
     if HAS_TORCH_OPCHECK:
         target = op._opoverload if isinstance(op, CustomOp) and op._opoverload else op
         if not isinstance(op, CustomOp) or op._opoverload is not None:
             return dict(
                 torch.library.opcheck(  # type: ignore[attr-defined]
-                    target, args, kwargs, test_utils=tests, raise_exception=raise_exception
+                    target,
+                    args,
+                    kwargs,
+                    test_utils=tests,
+                    raise_exception=raise_exception,
+                    **tolerances,  # torch 2.4's opcheck has none: its TypeError
                 )
             )
     if not isinstance(op, CustomOp):
@@ -73,7 +82,10 @@ def opcheck(
         if check is None:
             raise ValueError(f"opcheck: unknown test {test!r}; known: {list(_OPCHECKS)}")
         try:
-            skipped = check(op, args, kwargs)
+            if test == "test_aot_dispatch_dynamic":
+                skipped = _check_aot_dispatch_dynamic(op, args, kwargs, **tolerances)
+            else:
+                skipped = check(op, args, kwargs)
         except Exception as exc:
             if raise_exception:
                 raise OpCheckError(
@@ -187,7 +199,9 @@ def _check_faketensor(op: CustomOp, args: tuple, kwargs: dict) -> Optional[str]:
     return None
 
 
-def _check_aot_dispatch_dynamic(op: CustomOp, args: tuple, kwargs: dict) -> Optional[str]:
+def _check_aot_dispatch_dynamic(
+    op: CustomOp, args: tuple, kwargs: dict, atol: float = 1e-8, rtol: float = 1e-5
+) -> Optional[str]:
     if op._opoverload is None:
         return "the op is not registered with the dispatcher on this torch (no torch.compile)"
     why = _dynamo_unsupported()
@@ -226,7 +240,7 @@ def _check_aot_dispatch_dynamic(op: CustomOp, args: tuple, kwargs: dict) -> Opti
     expected = run(call)
     for a, b in zip(got[0] + got[1], expected[0] + expected[1]):
         if (a is None) != (b is None) or (
-            a is not None and not torch.allclose(a, b, equal_nan=True)
+            a is not None and not torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
         ):
             raise AssertionError(f"{op._qualname}: compiled outputs or gradients differ from eager")
     return None
