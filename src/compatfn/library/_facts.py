@@ -83,7 +83,8 @@ TORCH_CUSTOM_OP_TAKES_TAGS = (
 # Upstream: https://github.com/pytorch/pytorch/pull/103063
 HAS_TORCH_OPCHECK = hasattr(_library, "opcheck")
 
-#: ``torch.Tag`` (torch >= 2.0): operator tags, which ``Library.define`` takes from 2.1.
+#: ``torch.Tag`` (torch >= 2.0): operator tags, which ``Library.define`` takes in later releases
+#: (not 2.1.2's: measured; ``_registration._define_takes_tags`` asks the signature).
 # Upstream: https://github.com/pytorch/pytorch/blob/v2.1.0/torch/library.py
 HAS_TAGS = hasattr(torch, "Tag")
 

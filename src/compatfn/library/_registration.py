@@ -45,8 +45,8 @@ def check_tags(qualname: str, tags: Sequence[Any], registered: bool) -> None:
     if tags and not (registered and _define_takes_tags()):
         raise RuntimeError(
             f"custom_op({qualname!r}): torch {torch.__version__} cannot attach tags to an "
-            "operator (torch.library.Library.define takes tags from torch 2.1); drop tags= "
-            "on this torch"
+            "operator (its torch.library.Library.define takes no tags, or it defines no operator "
+            "for compatfn: torch < 1.13); drop tags= on this torch"
         )
 
 
