@@ -411,6 +411,17 @@ def test_register_torch_dispatch_by_name_and_object(tier):
             assert torch.equal(op(torch.ones(2)), torch.full((2,), float(i)))
 
 
+def test_an_operator_is_handed_to_torchs_function():
+    """An ``OpOverload`` of an op compatfn did not make goes to torch's own function (compatfn
+    before: ``AttributeError``, the operator has no ``register_autocast`` method)."""
+    if not hasattr(getattr(torch, "library", None), "register_autocast"):  # torch >= 2.5
+        pytest.skip(f"torch {torch.__version__} has no torch.library.register_autocast")
+    own = torch.library.custom_op(f"{fresh('own')}::casted", mutates_args=())(_double)
+    library.register_autocast(own._opoverload, "cpu", torch.float64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert own(torch.ones(2)).dtype == torch.float64
+
+
 def test_register_autocast_takes_its_arguments_by_position_only():
     with pytest.raises(TypeError):
         library.register_autocast("ns::op", device_type="cpu", cast_inputs=torch.float16)

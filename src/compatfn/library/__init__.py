@@ -212,16 +212,16 @@ def _name_of(op: Any, function: str) -> Any:
 
 
 def _registered(function: str, op: Any, args: tuple, lib: Any) -> Any:
-    """torch.library's ``function`` (a register function) for ``op`` (after ``_name_of``): the op
-    object's method of that name; torch's function for a name compatfn's tiers did not define,
-    where torch has it; else the method of the op of that name (or the error for an unknown
-    one)."""
-    if not isinstance(op, str):
-        return getattr(op, function)(*args)
-    torch_function = getattr(getattr(torch, "library", None), function, None)
-    if op not in OPS and HAS_TORCH_CUSTOM_OP and torch_function is not None:
-        return torch_function(op, *args, **_lib(lib))
-    return getattr(_op_named(op), function)(*args)
+    """torch.library's ``function`` (a register function) for ``op`` (after ``_name_of``): the
+    method of that name of the op compatfn's tiers defined under a name (or the error for an
+    unknown one, torch < 2.4); torch's own function for any other name or an ``OpOverload``
+    (torch >= 2.4; where that torch has no such function, the same AttributeError); else the op
+    object's method."""
+    if isinstance(op, str) and (op in OPS or not HAS_TORCH_CUSTOM_OP):
+        return getattr(_op_named(op), function)(*args)
+    if isinstance(op, str) or _is_torch_operator(op):
+        return getattr(torch.library, function)(op, *args, **_lib(lib))
+    return getattr(op, function)(*args)
 
 
 def _lib(lib: Any) -> Dict[str, Any]:
@@ -244,10 +244,6 @@ def register_kernel(
     Example: ``register_kernel("mylib::scaled_sin", "cpu", lambda x, scale=1.0: x.sin())``.
     """
     op = _name_of(op, "register_kernel")
-    if _is_torch_operator(op):
-        return torch.library.register_kernel(  # type: ignore[attr-defined]
-            op, device_types, func, **_lib(lib)
-        )
     extra = () if func is None else (func,)
     return _registered("register_kernel", op, (device_types, *extra), lib)
 
