@@ -523,6 +523,28 @@ def test_no_graph_from_a_captured_parameter(tier):
 
 
 @pytest.mark.parametrize("tier", TIERS)
+def test_a_tensor_list_output_is_a_list_in_every_grad_state(tier):
+    """torch's operator hands a ``Tensor[]`` return to Python as a list, the kernel's tuple too
+    (compatfn's tiers before: the tuple, when no input required grad)."""
+
+    @make(tier, "listed")
+    def listed(x: torch.Tensor) -> List[torch.Tensor]:
+        return (x * 1, x * 2)
+
+    calls = [
+        lambda: listed(torch.ones(1)),
+        lambda: listed(torch.ones(1, requires_grad=True)),
+    ]
+    for call in calls:
+        assert type(call()) is list
+        with torch.no_grad():
+            assert type(call()) is list
+    if hasattr(torch, "inference_mode"):
+        with torch.inference_mode():
+            assert type(listed(torch.ones(1))) is list
+
+
+@pytest.mark.parametrize("tier", TIERS)
 def test_setup_context_runs_below_autograd(tier):
     """torch's Autograd kernel runs setup_context below autograd too, so ``enable_grad()`` inside
     it records no graph (compatfn's tiers before: a graph). torch 1.8-1.12 have no guard in

@@ -259,13 +259,18 @@ class CustomOp:
         if excluded or inference:
             output = run_kernel(self, inputs, keyword_only)
             if self._mutated and not inference:  # torch's ADInplaceOrView kernel returns it
-                return as_autograd_returned(self._tensor_returns, output)
-            return output
+                return self._listed(as_autograd_returned(self._tensor_returns, output))
+            return self._listed(output)
         if BelowAutograd is None:  # torch 1.8: a graph the kernel recorded is dropped
             output = detached(run_kernel(self, inputs, keyword_only))
         else:
             output = _registration.below_autograd(run_kernel, (self, inputs, keyword_only), {})
-        return as_autograd_returned(self._tensor_returns, output)
+        return self._listed(as_autograd_returned(self._tensor_returns, output))
+
+    def _listed(self, output: Any) -> Any:
+        """``output`` as torch's operator hands a ``Tensor[]`` return to Python: a list (a
+        kernel may return a tuple)."""
+        return list(output) if self._returns_list and type(output) is tuple else output
 
     def _mutated_positions(self, mutates_args: Union[str, Iterable[str]]) -> Tuple[int, ...]:
         names = self._positional if isinstance(mutates_args, str) else set(mutates_args)
