@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, List, Optional
 
 import pytest
@@ -178,3 +179,117 @@ def test_a_keyword_named_self_is_torchs_type_error(tier, case):
         with pytest.raises(TypeError) as info:
             call(decorate(fn))
         assert str(info.value) == "CustomOpDef.__call__() got multiple values for argument 'self'"
+
+
+def normalise_namespace(text: str) -> str:
+    return re.sub(r"\bcft_\w+::", "NS::", text)
+
+
+def _listing_op(decorate: Any, seen: Dict[str, Any]) -> Any:
+    kernel = _with_real_annotations(
+        "from typing import List, Optional\n"
+        "def kernel(x: torch.Tensor, ts: List[torch.Tensor], o: Optional[torch.Tensor] = None,\n"
+        "           ints: Optional[List[int]] = None) -> torch.Tensor:\n"
+        "    seen.update(ts=ts, o=o, ints=ints)\n"
+        "    return x.clone()\n"
+    )
+    kernel.__globals__["seen"] = seen
+    return decorate(kernel)
+
+
+def _generator() -> Any:
+    return (t for t in [torch.ones(1)])
+
+
+# What each call hands the kernel (``ts``, ``ints``), or torch's error (its first line), recorded
+# from torch 2.13's own custom_op (See NOTE: [what the dispatcher takes for a list]).
+X = torch.ones(2)
+LIST_ARGUMENTS = {
+    "a tuple for Tensor[]": ((X, (X,)), ("ok", "list", None)),
+    "a generator for Tensor[]": ((X, _generator), ("ok", "list", None)),
+    "a tensor for Tensor[]": ((X, X), ("List[Tensor]", "ts", "Tensor")),
+    "[None] for Tensor[]": ((X, [None]), ("List[Tensor]", "ts", "list")),
+    "a list iterator for Tensor[]": (
+        (X, lambda: iter([X])),
+        ("List[Tensor]", "ts", "list_iterator"),
+    ),
+    "a dict for Tensor[]": ((X, {X: 1}), ("List[Tensor]", "ts", "dict")),
+    "[x] for Tensor?": ((X, [X], [X]), ("Optional[Tensor]", "o", "list")),
+    "an int vector for int[]": ((X, [X], None, torch.tensor([0, 1])), ("ok", "list", [0, 1])),
+    "a float vector for int[]": (
+        (X, [X], None, torch.tensor([0.0])),
+        ("Optional[List[int]]", "ints", "Tensor"),
+    ),
+    "a 0-d int tensor for int[]": (
+        (X, [X], None, torch.tensor(3)),
+        ("Optional[List[int]]", "ints", "Tensor"),
+    ),
+    "a range for int[]": ((X, [X], None, range(2)), ("ok", "list", [0, 1])),
+    "[1.5] for int[]": ((X, [X], None, [1.5]), ("Optional[List[int]]", "ints", "list")),
+}
+
+
+def _list_outcome(decorate: Any, args: tuple) -> tuple:
+    """("ok", the type of ``ts`` the kernel got, ``ints``) or the error's (type shown, argument,
+    type found)."""
+    seen: Dict[str, Any] = {}
+    op = _listing_op(decorate, seen)
+    try:
+        op(*[a() if callable(a) else a for a in args])
+    except RuntimeError as e:
+        found = re.match(
+            r".*Expected a value of type '(.*)' for argument '(\w+)' but instead found type "
+            r"'(\w+)'\.",
+            str(e).split("\n")[0],
+        )
+        assert found, e
+        return found.groups()
+    return ("ok", type(seen["ts"]).__name__, seen["ints"])
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("case", sorted(LIST_ARGUMENTS))
+def test_list_and_optional_tensor_arguments_are_taken_as_the_dispatcher_takes_them(tier, case):
+    """torch 1.8-2.3 before: a tensor for ``Tensor[]`` reached the kernel as its slices, ``[None]``
+    and ``[x]`` for ``Tensor?`` reached it as they were, a generator and an int vector were
+    refused. The older tiers follow the table (torch 2.13's); on the torch tier, torch's own op
+    runs side by side and must agree (torch 2.4's takes a float vector and refuses a generator)."""
+    args, expected = LIST_ARGUMENTS[case]
+    got = _list_outcome(make(tier, "listing"), args)
+    if tier == "torch":
+        own = torch.library.custom_op(f"{fresh('own')}::listing", mutates_args=())
+        assert got == _list_outcome(own, args)
+    else:
+        assert got == expected
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_wrong_argument_type_error_has_torchs_detail_lines(tier):
+    """torch's message goes on after its first line with the position, the value, the
+    declaration and pybind11's cast error (compatfn before: the first line alone)."""
+    messages = []
+    decorators = [make(tier, "detailed")]
+    if tier == "torch":
+        decorators.append(torch.library.custom_op(f"{fresh('own')}::detailed", mutates_args=()))
+    for decorate in decorators:
+        op = _listing_op(decorate, {})
+        for args in ((X, [X], None, [1.5]), (X, [X], [X]), (2.5, [X])):
+            with pytest.raises(RuntimeError) as info:
+                op(*args)
+            messages.append(normalise_namespace(str(info.value)))
+    declaration = messages[0].split("\n")[3]
+    assert messages[:3] == [
+        "NS::detailed() Expected a value of type 'Optional[List[int]]' for argument 'ints' but "
+        "instead found type 'list'.\nPosition: 3\nValue: [1.5]\n" + declaration + "\nCast error "
+        "details: Unable to cast Python instance of type <class 'float'> to C++ type '?' "
+        "(#define PYBIND11_DETAILED_ERROR_MESSAGES or compile in debug mode for details)",
+        "NS::detailed() Expected a value of type 'Optional[Tensor]' for argument 'o' but instead "
+        "found type 'list'.\nPosition: 2\nValue: [tensor([1., 1.])]\n" + declaration + "\nCast "
+        "error details: Unable to cast [tensor([1., 1.])] to Tensor",
+        "NS::detailed() Expected a value of type 'Tensor' for argument 'x' but instead found type "
+        "'float'.\nPosition: 0\nValue: 2.5\n" + declaration + "\nCast error details: Unable to "
+        "cast 2.5 to Tensor",
+    ]
+    assert declaration.startswith("Declaration: NS::detailed(Tensor x, Tensor[] ts, Tensor? o=None")
+    if tier == "torch":  # torch's own op, side by side
+        assert messages[3:] == messages[:3]

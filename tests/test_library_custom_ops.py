@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pytest
@@ -621,3 +621,91 @@ class _Scaled(torch.nn.Module):
 
     def forward(self, x):
         return self.op(x, self.w) + 1
+
+
+# name -> torch's error at definition (type, first line), recorded from torch 2.13's own op.
+OPERATOR_NAMES = {
+    "noNs": ("ValueError", "not enough values to unpack (expected 2, got 1)"),
+    "a::b::c": ("ValueError", "too many values to unpack (expected 2)"),
+    "NS::": ("RuntimeError", "expected ident but found '(' here:"),
+    "NS::1x": ("RuntimeError", "expected ident but found 'number' here:"),
+    "NS::x-y": ("RuntimeError", "expected eof but found '-' here:"),
+    "NS::if": ("RuntimeError", "expected ident but found 'if' here:"),
+    "NS::x.": ("RuntimeError", "expected ident but found '(' here:"),
+    "NS::x.default": ("RuntimeError", "default is not a legal overload name for aten operators"),
+    "NS::x.ov": None,
+    "prim::x": (
+        "ValueError",
+        "prim is a reserved namespace. Please try creating a library with another name.",
+    ),
+}
+
+
+def _definition_error(decorate: Callable) -> Optional[Tuple[str, str]]:
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    kernel.__annotations__ = {"x": torch.Tensor, "return": torch.Tensor}
+    try:
+        decorate(kernel)
+    except (ValueError, RuntimeError) as e:
+        return type(e).__name__, str(e).split("\n")[0]
+    return None
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("name", sorted(OPERATOR_NAMES))
+def test_operator_names_torch_refuses_are_refused_with_torchs_error(tier, name):
+    """compatfn before: its own messages, and ``x.default`` defined on torch 1.8-1.12."""
+    qualname = name.replace("NS", fresh(tier))
+    got = _definition_error(make(tier, "", qualname=qualname))
+    if tier == "torch":  # torch's own op, side by side
+        own = name.replace("NS", fresh("own"))
+        assert got == _definition_error(torch.library.custom_op(own, mutates_args=()))
+    else:  # torch 2.4's own message for "prim" is a tuple's repr: the table is torch 2.13's
+        assert got == OPERATOR_NAMES[name]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_keyword_only_tensor_parameters_are_refused_at_definition(tier):
+    """torch refuses ``*, y: Optional[Tensor]`` (compatfn on torch 1.8-2.3 before: accepted)."""
+    messages = []
+    decorators = [make(tier, "kw")]
+    if tier == "torch":
+        decorators.append(torch.library.custom_op(f"{fresh('own')}::kw", mutates_args=()))
+    for decorate in decorators:
+
+        def kw(x: torch.Tensor, *, y: Optional[torch.Tensor] = None) -> torch.Tensor:
+            return x.clone()
+
+        kw.__annotations__ = {
+            "x": torch.Tensor,
+            "y": Optional[torch.Tensor],
+            "return": torch.Tensor,
+        }
+        with pytest.raises(NotImplementedError) as info:
+            decorate(kw)
+        messages.append(str(info.value))
+    assert messages[0] == (
+        "custom_op with kwarg-only Tensor args. Please make your tensors not kwarg-only. "
+        "Got: kw(Tensor x, *, Tensor? y=None) -> Tensor"
+    )
+    assert messages[1:] in ([], messages[:1])
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_register_autograd_takes_what_torch_takes_and_the_op_has_no_name(tier):
+    """torch's ``register_autograd`` stores what it is given (compatfn before: a TypeError for a
+    non-callable); torch's op object has no ``__name__`` (compatfn's had; the function tier keeps
+    one: torch 1.8-1.12's fx calls an op by its module and name)."""
+
+    @make(tier, "named")
+    def named(x: torch.Tensor) -> torch.Tensor:
+        """The kernel's docstring."""
+        return x.clone()
+
+    assert named.register_autograd(5) is None
+    assert named.register_autograd(lambda ctx, g: g, setup_context=3) is None
+    if tier != "function":
+        assert not hasattr(named, "__name__") and not hasattr(named, "__qualname__")
+    assert named.__doc__ != "The kernel's docstring."

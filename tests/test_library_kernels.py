@@ -3,7 +3,9 @@ disabled, and unknown device types."""
 
 from __future__ import annotations
 
-from typing import List
+import re
+import typing
+from typing import List, Optional
 
 import numpy as np
 import pytest
@@ -209,3 +211,133 @@ def _torch_custom_op_def() -> type:
     from torch._library.custom_ops import CustomOpDef
 
     return CustomOpDef
+
+
+# (definition, call) -> outcome, recorded from torch 2.13's own custom_op (See NOTE: [calls
+# without tensors] in _kernels): the kernel that runs (its result's first value), or the error.
+def _no_tensor_outcome(decorate, case: str) -> str:
+    try:
+        if case == "device kernels without a device argument":
+
+            def plain(n: int) -> torch.Tensor:
+                return torch.ones(n)
+
+            op = decorate(plain, device_types="cpu")
+            return str(op(2)[0].item())
+        if case == "register_kernel without a device argument":
+
+            def plain2(n: int) -> torch.Tensor:
+                return torch.ones(n)
+
+            op = decorate(plain2)
+            op.register_kernel("cpu", lambda n: torch.ones(n) * 7)
+            return str(op(2)[0].item())
+        if case == "the device argument picks the kernel":
+
+            def on(n: int, device: torch.device) -> torch.Tensor:
+                return torch.ones(n)
+
+            op = decorate(on)
+            op.register_kernel("cpu", lambda n, device: torch.full((n,), 7.0))
+            return str(op(2, "cpu")[0].item())
+        if case == "an empty Tensor[] runs the default kernel":
+
+            def listed(xs: List[torch.Tensor]) -> torch.Tensor:
+                return torch.full((1,), 3.0)
+
+            op = decorate(listed)
+            op.register_kernel("cpu", lambda xs: torch.full((1,), 9.0))
+            return f"{op([])[0].item()} {op([torch.ones(1)])[0].item()}"
+        if case == "an empty Tensor[] and no default kernel":
+
+            def only_cpu(xs: List[torch.Tensor], o: Optional[torch.Tensor] = None) -> torch.Tensor:
+                return torch.full((1,), 3.0)
+
+            op = decorate(only_cpu, device_types="cpu")
+            return str(op([], None)[0].item())
+        if case == "no kernel for the device":
+
+            def only_cuda(x: torch.Tensor) -> torch.Tensor:
+                return x.clone()
+
+            op = decorate(only_cuda, device_types="cuda")
+            return str(op(torch.ones(1))[0].item())
+    except (ValueError, NotImplementedError) as e:
+        return f"{type(e).__name__}: {str(e).split('.')[0]}"
+    raise AssertionError(case)
+
+
+NO_TENSOR_CASES = {
+    "device kernels without a device argument": "ValueError: Functions without tensor inputs are "
+    "required to have a `device: torch",
+    "register_kernel without a device argument": "ValueError: Functions without tensor inputs are "
+    "required to have a `device: torch",
+    "the device argument picks the kernel": "7.0",
+    "an empty Tensor[] runs the default kernel": "3.0 9.0",
+    "an empty Tensor[] and no default kernel": "NotImplementedError: There were no tensor "
+    "arguments to this function (e",
+    "no kernel for the device": "NotImplementedError: Could not run 'NS::only_cuda' with "
+    "arguments from the 'CPU' backend",
+}
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("case", sorted(NO_TENSOR_CASES))
+def test_calls_without_tensors_and_devices_without_kernels_are_torchs(tier, case):
+    """torch 1.8-2.3 before: device kernels of an op without tensor arguments were accepted, a
+    call without tensors ran the "cpu" kernel, and a device without a kernel raised compatfn's
+    own message. On the torch tier, torch's own op runs side by side."""
+
+    def decorate(fn, device_types=None):
+        return make(tier, fn.__name__, device_types=device_types)(fn)
+
+    got = re.sub(r"cft_\w+::", "NS::", _no_tensor_outcome(decorate, case))
+    if tier == "torch":
+
+        def own(fn, device_types=None):
+            fn.__annotations__ = typing.get_type_hints(fn)  # torch 2.4 reads no strings
+            name = f"{fresh('own')}::{fn.__name__}"
+            return torch.library.custom_op(name, mutates_args=(), device_types=device_types)(fn)
+
+        assert got == re.sub(r"cft_\w+::", "NS::", _no_tensor_outcome(own, case))
+    else:  # torch 2.4 differs from the table (torch 2.13's): the torch tier is torch's own op
+        assert got == NO_TENSOR_CASES[case]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_set_kernel_enabled_after_a_registration_for_several_devices(tier, caplog):
+    """torch's kernels of ``register_kernel(("cpu", "cuda"), fn)`` read whether the *last* device
+    is disabled (See NOTE: [kernels of several devices]); torch logs its warnings (compatfn
+    before: the "cpu" kernel was disabled, nothing logged)."""
+    if tier == "torch" and not hasattr(torch.library.CustomOpDef, "set_kernel_enabled"):
+        pytest.skip(f"torch {torch.__version__}'s own op has no set_kernel_enabled (torch >= 2.5)")
+    results, logged = [], []
+    decorators = [make(tier, "several")]
+    if tier == "torch":
+        decorators.append(torch.library.custom_op(f"{fresh('own')}::several", mutates_args=()))
+    for decorate in decorators:
+
+        @decorate
+        def several(x: torch.Tensor) -> torch.Tensor:
+            return x + 1
+
+        several.register_kernel(("cpu", "cuda"), lambda x: x * 10)
+        x = torch.ones(1)
+        caplog.clear()
+        with several.set_kernel_enabled("cpu", False):
+            in_cpu_off = several(x).item()
+        with several.set_kernel_enabled("cuda", False):
+            in_cuda_off = several(x).item()
+        with several.set_kernel_enabled("xla", True):
+            pass
+        results.append((in_cpu_off, in_cuda_off))
+        # torch 2.4-2.13 write "kernel for  %s" (two spaces) in one of them
+        logged.append([r.getMessage().replace("for  ", "for ") for r in caplog.records])
+    if tier == "torch":  # torch's own op, side by side
+        assert results[1] == results[0] and logged[1] == logged[0]
+        return
+    assert results[0] == (10.0, 2.0)
+    assert logged[0] == [
+        "Attempted to enable kernel for xla but no kernel was registered for this device type.",
+        "Attempted to enable kernel for xla but it was already enabled.",
+    ]

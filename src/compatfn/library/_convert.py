@@ -12,10 +12,12 @@ from __future__ import annotations
 import inspect
 import numbers
 import re
+import types
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
+from compatfn.library._call_errors import expected_error
 from compatfn.library._facts import SCALAR_TYPE_NUMBERS
 
 if TYPE_CHECKING:
@@ -40,13 +42,6 @@ MISSING: Any = _MissingType()
 Conversion = Tuple[Optional[type], bool, Callable[[Any], Any]]
 
 _ARGUMENT = re.compile(r"(?P<type>[A-Za-z]+(?:\([^)]*\))?\??(?:\[\])?\??) (?P<name>\w+)")
-
-
-def _expected(qualname: str, name: str, type_name: str, value: Any) -> RuntimeError:
-    return RuntimeError(
-        f"{qualname}() Expected a value of type '{type_name}' for argument '{name}' but "
-        f"instead found type '{type(value).__name__}'."
-    )
 
 
 def _is_number_tensor(value: Any) -> bool:
@@ -122,15 +117,59 @@ def _to_dtype(value: Any) -> Any:
     return None
 
 
-def _tensor_list(qualname: str, name: str, shown: str) -> Callable[[Any], Any]:
-    """A tuple is passed as a list; a tensor as the list of its slices along dim 0."""
+# NOTE: [what the dispatcher takes for a list]
+# Measured on torch 2.13's own custom_op (the newest torch behaves the same; 2.4 differs in
+# places, and compatfn's tiers follow 2.13): a ``Tensor[]`` argument is a list, a tuple or a
+# generator of tensors (not a tensor, not ``None`` in it unless the type is ``Tensor?[]``, not
+# another iterator); a list of scalars is any sequence (a list, a tuple, a range, a numpy array),
+# and an ``int[]`` is also a 1-D tensor of an integer dtype (its values). A ``Tensor?`` is None, a
+# tensor or an object that takes part in ``__torch_function__``.
+
+
+def _is_sequence(value: Any) -> bool:
+    """A sequence in CPython's sense that is not a tensor, a str or a mapping."""
+    return (
+        not isinstance(value, (torch.Tensor, str, bytes, dict))
+        and hasattr(type(value), "__len__")
+        and hasattr(type(value), "__getitem__")
+    )
+
+
+def _is_integer_vector(value: Any) -> bool:
+    return (
+        isinstance(value, torch.Tensor)
+        and value.dim() == 1
+        and not value.dtype.is_floating_point
+        and not value.dtype.is_complex
+        and value.dtype is not torch.bool
+    )
+
+
+def _is_tensor_like(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) or hasattr(value, "__torch_function__")
+
+
+def _tensor_list(error: Callable[..., RuntimeError], optional_items: bool) -> Callable[[Any], Any]:
+    """A ``Tensor[]`` (``Tensor?[]``: ``optional_items``) argument as the dispatcher takes it
+    (See NOTE: [what the dispatcher takes for a list])."""
 
     def converted(value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            return list(value.unbind(0))
-        if not isinstance(value, (list, tuple)):
-            raise _expected(qualname, name, shown, value)
-        return list(value)
+        if not isinstance(value, (list, tuple, types.GeneratorType)):
+            raise error(value)
+        items = list(value)
+        for item in items:
+            if not (_is_tensor_like(item) or (optional_items and item is None)):
+                raise error(value)
+        return items
+
+    return converted
+
+
+def _optional_tensor(error: Callable[..., RuntimeError]) -> Callable[[Any], Any]:
+    def converted(value: Any) -> Any:
+        if value is None or _is_tensor_like(value):
+            return value
+        raise error(value)
 
     return converted
 
@@ -149,14 +188,21 @@ _SCALARS: Dict[str, Tuple[type, str, Callable[[Any], Any]]] = {
 }
 
 
-def _conversion(qualname: str, name: str, schema_type: str) -> Optional[Conversion]:
+def _conversion(qualname: str, schema: str, name: str, schema_type: str) -> Optional[Conversion]:
     optional = schema_type.endswith("?")
     base = schema_type.rstrip("?")
     is_list = base.endswith("[]")
     base = base[: -len("[]")] if is_list else base
+
+    def error(value: Any, culprit: Any = None) -> RuntimeError:
+        return expected_error(qualname, schema, name, shown, value, culprit)
+
     if is_list and base.startswith("Tensor"):
         shown = "List[Optional[Tensor]]" if base.endswith("?") else "List[Tensor]"
-        return list, optional, _tensor_list(qualname, name, shown)
+        return None, optional, _tensor_list(error, base.endswith("?"))  # always checked
+    if base.startswith("Tensor") and optional:
+        shown = "Optional[Tensor]"
+        return torch.Tensor, True, _optional_tensor(error)
     if base not in _SCALARS:
         return None  # tensors: checked where they are used
     kind, type_name, convert = _SCALARS[base]
@@ -167,22 +213,29 @@ def _conversion(qualname: str, name: str, schema_type: str) -> Optional[Conversi
         if value is None and optional:
             return None
         if is_list:
-            if not isinstance(value, (list, tuple)):
-                raise _expected(qualname, name, shown, value)
-            items: List[Any] = [convert(v) for v in value]
-            if any(v is None for v in items):
-                raise _expected(qualname, name, shown, value)
-            return items
+            return _scalar_list(value)
         result = convert(value)
         if result is None:
-            raise _expected(qualname, name, shown, value)
+            raise error(value)
         return result
+
+    def _scalar_list(value: Any) -> List[Any]:
+        if base in ("int", "SymInt") and _is_integer_vector(value):
+            return value.tolist()
+        if not (isinstance(value, (list, tuple)) or _is_sequence(value)):
+            raise error(value)
+        items: List[Any] = [convert(v) for v in value]
+        for item, v in zip(items, value):
+            if item is None:
+                raise error(value, v)
+        return items
 
     return (None if is_list else kind), optional, converted
 
 
 def conversions(qualname: str, schema: str) -> Dict[str, Conversion]:
-    """Each non-tensor parameter of ``schema`` -> its :data:`Conversion`.
+    """Each non-tensor parameter of ``schema`` (and each ``Tensor?``, ``Tensor[]``) -> its
+    :data:`Conversion`.
 
     Example::
 
@@ -193,9 +246,10 @@ def conversions(qualname: str, schema: str) -> Dict[str, Conversion]:
     arguments = schema[schema.index("(") + 1 : schema.rindex(") ->")]
     found: Dict[str, Conversion] = {}
     for match in _ARGUMENT.finditer(arguments):
-        conversion = _conversion(qualname, match.group("name"), match.group("type"))
+        name = match.group("name")
+        conversion = _conversion(qualname, schema, name, match.group("type"))
         if conversion is not None:
-            found[match.group("name")] = conversion
+            found[name] = conversion
     return found
 
 

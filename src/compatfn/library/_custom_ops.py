@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import (
+    Any,
+    Callable,
+    ContextManager,
+    Dict,
+    Iterable,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 import torch
 
 from compatfn.library import _registration
 from compatfn.library._autocast import autocast_dtype, call_autocast
 from compatfn.library._autograd import Call, autograd_function
+from compatfn.library._call_errors import check_tensor_arguments
 from compatfn.library._convert import any_left_out, conversions, given_by_position, wrong_call
 from compatfn.library._facts import (
     BelowAutograd,
@@ -20,15 +31,21 @@ from compatfn.library._facts import (
 from compatfn.library._fast_call import generated_call
 from compatfn.library._infer_schema import (
     check_given_schema,
+    check_no_keyword_only_tensors,
     infer_schema,
     returns_only_tensors,
+    schema_for_this_torch,
     tensor_parameters,
 )
 from compatfn.library._kernels import (
     as_autograd_returned,
     bump_declared,
+    check_device_argument,
     check_device_types,
+    device_argument_index,
+    has_tensor_argument,
     is_inference,
+    kernel_switched,
     run_kernel,
     tensor_return_count,
 )
@@ -41,6 +58,7 @@ from compatfn.library._no_operator import (
     transforms_active,
 )
 from compatfn.library._utils import (
+    check_operator_name,
     detached,
     device_types_tuple,
     dispatch_key,
@@ -91,6 +109,8 @@ class CustomOp:
         if schema is not None:
             check_given_schema(self._full_name, schema, mutates_args)
         self._schema = schema if schema is not None else infer_schema(fn, mutates_args)
+        check_operator_name(qualname, schema_for_this_torch(self._schema))
+        check_no_keyword_only_tensors(self._full_name, self._schema, tags)
         self._signature = inspect.signature(fn)
         params = list(self._signature.parameters.values())
         self._positional = [p.name for p in params if p.kind is not p.KEYWORD_ONLY]
@@ -100,15 +120,22 @@ class CustomOp:
         self._returns_list = self._schema.endswith("-> Tensor[]")
         self._tensor_returns = tensor_return_count(self._schema)
         self._kernels: Dict[Optional[str], Callable] = dict.fromkeys(device_types or (None,), fn)
+        # The argument a call without tensors takes its device from (See NOTE: [calls without
+        # tensors] in _kernels)
+        self._device_index = (
+            None if has_tensor_argument(self._schema) else device_argument_index(self._schema)
+        )
+        check_device_argument(self, device_types or ())
         self._fake: Optional[Callable] = None
         self._backward: Optional[Callable] = None
         self._setup_context: Optional[Callable] = None
         self._autocast: Dict[str, torch.dtype] = {}
         self._disabled_kernels: set = set()
+        self._switched_by: Dict[Optional[str], Optional[str]] = {}
         self._tags = tuple(tags)
-        self.__name__ = self.__qualname__ = self._name
-        self.__doc__ = fn.__doc__
-        self.__module__ = getattr(fn, "__module__", __name__)
+        if not registered:  # torch 1.8-1.12's fx calls an op by its module and name
+            self.__name__ = self.__qualname__ = self._name
+            self.__module__ = getattr(fn, "__module__", __name__)
         self.__wrapped__ = fn
         self._eager_fn = autograd_function(self, dispatched=False)
         self._tensor_params, self._only_tensors_and_scalars = tensor_parameters(fn, params)
@@ -123,7 +150,9 @@ class CustomOp:
             _registration.register_kernels(self, device_types)
         # A class of its own, whose __call__ is the op's call. See NOTE: [the op's call].
         self.__class__ = type(
-            "CustomOp", (type(self),), {"__module__": __name__, "__qualname__": "CustomOp"}
+            "CustomOp",
+            (type(self),),
+            {"__module__": __name__, "__qualname__": "CustomOp", "__doc__": CustomOp.__doc__},
         )
         self._regenerate_call()
         self._previous = None
@@ -155,7 +184,7 @@ class CustomOp:
         NOTE: [the op's call])."""
         if any_left_out(inputs) or any_left_out(keyword_only.values()):
             return wrong_call(self, given, (), written)
-        self._check_tensor_arguments(inputs, keyword_only)
+        check_tensor_arguments(self, inputs, keyword_only)
         if self._opoverload is not None:
             if not self._eager_ok(inputs, keyword_only):
                 positional, keywords = self._as_written(inputs, keyword_only, given, written)
@@ -188,20 +217,6 @@ class CustomOp:
             and self._only_tensors_and_scalars
             and returns_only_tensors(self._schema)
         )
-
-    def _check_tensor_arguments(self, inputs: tuple, keyword_only: Dict[str, Any]) -> None:
-        """torch's error for a ``Tensor`` parameter given something else; objects that take
-        part in ``__torch_function__`` (torch.fx proxies) pass, and so does None (the dispatcher
-        hands the kernel an undefined tensor, which it sees as None)."""
-        for i, name in self._tensor_params:
-            value = inputs[i] if i < len(inputs) else keyword_only[name]
-            if value is None or isinstance(value, torch.Tensor):
-                continue
-            if not hasattr(value, "__torch_function__"):
-                raise RuntimeError(
-                    f"{self._qualname}() Expected a value of type 'Tensor' for argument "
-                    f"'{name}' but instead found type '{type(value).__name__}'."
-                )
 
     def _regenerate_call(self) -> None:
         """The op's call as it is registered now (See NOTE: [the op's call]); run again by every
@@ -307,10 +322,13 @@ class CustomOp:
         """
 
         check_device_types(device_types_tuple(device_types))
+        check_device_argument(self, device_types_tuple(device_types) or ())
 
         def register(kernel: Callable) -> Callable:
-            for device in device_types_tuple(device_types) or (None,):  # None: every device
+            devices = device_types_tuple(device_types) or (None,)  # None: every device
+            for device in devices:
                 self._kernels[device] = kernel
+                self._switched_by[device] = devices[-1]  # See NOTE: [kernels of several devices]
                 if self._library is not None:
                     _registration.impl_once(self, dispatch_key(device), self._device_kernel)
             self._regenerate_call()
@@ -318,8 +336,7 @@ class CustomOp:
 
         return register if fn is None else register(fn)
 
-    @contextlib.contextmanager
-    def set_kernel_enabled(self, device_type: str, enabled: bool = True) -> Iterator[None]:
+    def set_kernel_enabled(self, device_type: str, enabled: bool = True) -> ContextManager[None]:
         """Disable (or enable again) the kernel registered for ``device_type`` inside the
         ``with`` block: the function the op was made from runs instead, as in torch.
 
@@ -328,18 +345,7 @@ class CustomOp:
             with mysin.set_kernel_enabled("cpu", False):
                 mysin(torch.ones(2))  # the original function, not the "cpu" kernel
         """
-        was_disabled = device_type in self._disabled_kernels
-        if enabled:
-            self._disabled_kernels.discard(device_type)
-        else:
-            self._disabled_kernels.add(device_type)
-        try:
-            yield
-        finally:
-            if was_disabled:
-                self._disabled_kernels.add(device_type)
-            else:
-                self._disabled_kernels.discard(device_type)
+        return kernel_switched(self, device_type, enabled)
 
     def register_torch_dispatch(
         self, torch_dispatch_class: Any, fn: Optional[Callable] = None, /
@@ -381,11 +387,6 @@ class CustomOp:
                 f"Cannot register autograd formula for non-functional operator {self!r} with "
                 f"schema {self._qualname}{self._schema}. Please create a functional operator "
                 "and register an autograd formula for that."
-            )
-        if not callable(backward) or (setup_context is not None and not callable(setup_context)):
-            raise TypeError(
-                f"{self._qualname}: register_autograd expects callables: "
-                "register_autograd(backward, setup_context=setup_context)"
             )
         self._backward = backward
         self._setup_context = setup_context

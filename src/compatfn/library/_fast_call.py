@@ -291,5 +291,5 @@ def generated_call(op: CustomOp) -> Any:
     call.__name__ = call.__qualname__ = name
     call.__code__ = call.__code__.replace(co_name=name)  # Python < 3.11 names errors by it
     call.__defaults__ = (MISSING,) * len(positional) or None
-    call.__doc__ = op.__doc__
+    call.__doc__ = op.__wrapped__.__doc__
     return call

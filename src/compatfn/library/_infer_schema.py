@@ -7,7 +7,7 @@ import collections.abc
 import inspect
 import re
 import typing
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.types
@@ -17,8 +17,10 @@ from compatfn.library._facts import SCALAR_TYPE_NUMBERS, int_type, parser_reads_
 __all__ = [
     "SCALAR_TYPES",
     "check_given_schema",
+    "check_no_keyword_only_tensors",
     "infer_schema",
     "returns_only_tensors",
+    "schema_arguments",
     "schema_for_this_torch",
     "tensor_parameters",
 ]
@@ -201,6 +203,42 @@ def check_given_schema(name: str, schema: str, mutates_args: Union[str, Iterable
             f"and `schema={schema}. The schema suggests that the op mutates {expected}"
             "which is different from what was provided to us in `mutates_args`. "
             "Please make these consistent."
+        )
+
+
+def schema_arguments(schema: str) -> List[str]:
+    """The argument declarations of ``schema`` (``"Tensor x"``, ``"*"``, ``"int n=4"``).
+
+    Example::
+
+        >>> schema_arguments("(Tensor(a0!) x, *, int[] n=[1, 2]) -> Tensor")
+        ['Tensor(a0!) x', '*', 'int[] n=[1, 2]']
+    """
+    inner = schema.rsplit("->", 1)[0].strip()[1:-1]
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(inner):
+        if char in "([":
+            depth += 1
+        elif char in ")]":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(inner[start:i].strip())
+            start = i + 1
+    parts.append(inner[start:].strip())
+    return [p for p in parts if p]
+
+
+def check_no_keyword_only_tensors(name: str, schema: str, tags: Sequence[Any]) -> None:
+    """torch's refusal, at definition, of a keyword-only Tensor argument (``*, Tensor? y``) in an
+    op not tagged ``out`` (torch >= 2.4's ``CustomOpDef._validate_schema``)."""
+    if any(getattr(tag, "name", None) == "out" for tag in tags):
+        return
+    arguments = schema_arguments(schema)
+    keyword_only = arguments[arguments.index("*") + 1 :] if "*" in arguments else []
+    if any(argument.startswith("Tensor") for argument in keyword_only):
+        raise NotImplementedError(
+            "custom_op with kwarg-only Tensor args. Please make your tensors not kwarg-only. "
+            f"Got: {name}{schema}"
         )
 
 

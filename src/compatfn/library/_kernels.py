@@ -4,23 +4,33 @@ arguments."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+import logging
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
+from compatfn.library._infer_schema import schema_arguments
 from compatfn.library._no_operator import fallback_inputs, resolved
-from compatfn.library._utils import aliases_any, bump_version, tensors_in
+from compatfn.library._utils import aliases_any, bump_version, dispatch_key, tensors_in
 
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
 
+#: torch's ``set_kernel_enabled`` warnings, as torch logs them (``logging``, not ``warnings``).
+_log = logging.getLogger(__name__)
+
 __all__ = [
     "as_autograd_returned",
     "as_returned",
+    "check_device_argument",
     "check_device_types",
     "check_no_alias",
     "checked_output",
+    "device_argument_index",
+    "has_tensor_argument",
+    "kernel_switched",
     "run_kernel",
     "tensor_return_count",
 ]
@@ -35,21 +45,116 @@ def check_device_types(device_types: Optional[Tuple[str, ...]]) -> None:
 
 def kernel_for(op: CustomOp, inputs: tuple) -> Callable:
     """The kernel registered for the device of the call's first tensor (the function the op was
-    made from where that kernel is disabled); torch's error where there is none."""
+    made from where that kernel is disabled); torch's error where there is none. A call without
+    tensors runs the kernel for its ``device`` argument, else the kernel for every device (See
+    NOTE: [calls without tensors])."""
     tensors = tensors_in(inputs)
-    device = tensors[0].device.type if tensors else "cpu"
+    if tensors:
+        device: Optional[str] = tensors[0].device.type
+    elif op._device_index is not None and op._device_index < len(inputs):
+        device = torch.device(inputs[op._device_index]).type
+    else:
+        device = None
     if device == "meta":
         return _meta_kernel_for(op)
     kernel = op._kernels.get(device, op._kernels.get(None))
-    if device in op._disabled_kernels and device in op._kernels:
+    if op._switched_by.get(device, device) in op._disabled_kernels and device in op._kernels:
         return op.__wrapped__  # as torch: the function the op was made from
     if kernel is None:
-        have = ", ".join(sorted(str(k) for k in op._kernels)) or "none"
-        raise NotImplementedError(
-            f"{op._qualname}: no kernel for device type {device!r} (registered: {have}). "
-            f"Add one with @{op._name}.register_kernel({device!r})."
-        )
+        raise _no_kernel_error(op, device)
     return kernel
+
+
+# NOTE: [calls without tensors]
+# torch's dispatcher picks a kernel by the dispatch keys of a call's tensors. Without any (an
+# empty ``Tensor[]``, a None ``Tensor?``), it runs the kernel registered for every device, else
+# fails; an op whose schema has no tensor argument at all takes its device from a ``device:
+# torch.device`` argument (torch's BackendSelect kernel), and torch refuses device kernels for
+# such an op without one (``CustomOpDef.register_kernel``, torch >= 2.4; measured on 2.13).
+
+
+# NOTE: [kernels of several devices]
+# torch's ``CustomOpDef.register_kernel(("cpu", "cuda"), fn)`` wraps ``fn`` once per device in
+# a closure over its loop variable: every one of those kernels reads whether the *last*
+# device of the tuple is disabled (measured on torch 2.13 and 2.15). ``set_kernel_enabled
+# ("cpu", False)`` then leaves that "cpu" kernel running, and disabling "cuda" switches
+# both. compatfn's kernels follow (``_switched_by``); a later registration for one device
+# switches by that device again.
+
+
+@contextlib.contextmanager
+def kernel_switched(op: CustomOp, device_type: str, enabled: bool) -> Iterator[None]:
+    """``op.set_kernel_enabled``: the kernel for ``device_type`` switched inside the block, with
+    torch's log warnings for a device without a kernel and a switch to the state it has."""
+    was_disabled = device_type in op._disabled_kernels
+    action = "enable" if enabled else "disable"
+    if device_type not in op._kernels:
+        _log.warning(
+            "Attempted to %s kernel for %s but no kernel was registered for this device type.",
+            action,
+            device_type,
+        )
+    if was_disabled is not enabled:
+        already = "disabled" if was_disabled else "enabled"
+        _log.warning(
+            "Attempted to %s kernel for %s but it was already %s.", action, device_type, already
+        )
+    if enabled:
+        op._disabled_kernels.discard(device_type)
+    else:
+        op._disabled_kernels.add(device_type)
+    try:
+        yield
+    finally:
+        if was_disabled:
+            op._disabled_kernels.add(device_type)
+        else:
+            op._disabled_kernels.discard(device_type)
+
+
+def _no_kernel_error(op: CustomOp, device: Optional[str]) -> NotImplementedError:
+    """torch's error for a call no registered kernel takes (its first paragraph: the registry
+    torch lists after it is the dispatcher's own)."""
+    available = ", ".join(sorted(dispatch_key(d) for d in op._kernels))
+    if device is None:
+        return NotImplementedError(
+            "There were no tensor arguments to this function (e.g., you passed an empty list of "
+            f"Tensors), but no fallback function is registered for schema {op._qualname}.  This "
+            "usually means that this function requires a non-empty list of Tensors, or that you "
+            "(the operator writer) forgot to register a fallback function.  Available functions "
+            f"are [{available}]."
+        )
+    return NotImplementedError(
+        f"Could not run '{op._qualname}' with arguments from the '{dispatch_key(device)}' "
+        "backend. This could be because the operator doesn't exist for this backend, or was "
+        "omitted during the selective/custom build process (if using custom build). If you are a "
+        "Facebook employee using PyTorch on mobile, please visit https://fburl.com/ptmfixes for "
+        f"possible resolutions. '{op._qualname}' is only available for these backends: "
+        f"[{available}]."
+    )
+
+
+def check_device_argument(op: CustomOp, device_types: Tuple[str, ...]) -> None:
+    """torch's error for device kernels of an op without tensor arguments and without a
+    ``device`` argument (See NOTE: [calls without tensors])."""
+    if device_types and op._device_index is None and not has_tensor_argument(op._schema):
+        raise ValueError(
+            "Functions without tensor inputs are required to have a `device: torch.device` argument"
+        )
+
+
+def has_tensor_argument(schema: str) -> bool:
+    """Whether ``schema`` has an argument of a tensor type (``Tensor``, ``Tensor?``, lists)."""
+    return any(a.startswith("Tensor") for a in schema_arguments(schema))
+
+
+def device_argument_index(schema: str) -> Optional[int]:
+    """The position of the ``Device device`` argument (``device: torch.device``), if any."""
+    arguments = [a for a in schema_arguments(schema) if a != "*"]
+    for i, argument in enumerate(arguments):
+        if argument.split("=", 1)[0].split() == ["Device", "device"]:
+            return i
+    return None
 
 
 def _meta_kernel_for(op: CustomOp) -> Callable:

@@ -4,7 +4,6 @@ arguments, torch's aliasing rule, and the argument conversions the dispatcher do
 from __future__ import annotations
 
 import keyword
-import re
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -25,41 +24,42 @@ from compatfn.library._facts import (
 
 #: Device type -> dispatch key, where upper-casing the device type does not give it.
 _DEVICE_KEYS = {"meta": "Meta", "lazy": "Lazy", "privateuseone": "PrivateUse1"}
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def parse_qualname(qualname: str) -> Tuple[str, str, str]:
     """``(namespace, name, overload)`` of ``"namespace::name[.overload]"`` (overload ``""`` for
-    none); torch's errors for a malformed or reserved name, at definition.
+    none); torch's errors for a name that is not two parts or is in a reserved namespace (the
+    parts themselves: ``check_operator_name``).
 
     Example::
 
         >>> parse_qualname("mylib::scale.Tensor")
         ('mylib', 'scale', 'Tensor')
     """
-    parts = qualname.split("::")
-    if len(parts) != 2:
-        raise ValueError(
-            f'Expected `qualname` to be of the form "namespace::name", but got {qualname}. The '
-            "qualname passed to the torch.library APIs must consist of a namespace and a name, "
-            "e.g. aten::sin"
-        )
-    namespace, full_name = parts
-    name, dot, overload = full_name.partition(".")
+    namespace, full_name = qualname.split("::")  # Python's ValueError, as torch's custom_op
+    name, _, overload = full_name.partition(".")
     if namespace in RESERVED_NAMESPACES:
         raise ValueError(
             f"{namespace} is a reserved namespace. Please try creating a library with another name."
         )
-    for what, part in (("namespace", namespace), ("name", name), ("overload name", overload)):
-        if part == "" and what == "overload name" and not dot:
-            continue
-        if not _IDENTIFIER.match(part) or keyword.iskeyword(part):
-            raise RuntimeError(
-                f"custom_op({qualname!r}): the {what} {part!r} is not valid in an operator "
-                "name: use letters, digits and underscores, not starting with a digit, and no "
-                "Python keyword (torch's schema parser refuses it)"
-            )
     return namespace, name, overload
+
+
+def check_operator_name(qualname: str, schema: str) -> None:
+    """torch's errors, at definition, for an operator name its schema parser refuses (``1x``,
+    ``x-y``, ``if``) or a ``default`` overload; compatfn's for a Python keyword the parser of an
+    old torch lets through (generated code names parameters after it)."""
+    torch._C.parse_schema(qualname + schema)  # torch's error if it cannot (the name is first)
+    namespace, full_name = qualname.split("::")
+    name, _, overload = full_name.partition(".")
+    if overload == "default":
+        raise RuntimeError("default is not a legal overload name for aten operators")
+    for what, part in (("namespace", namespace), ("name", name), ("overload name", overload)):
+        if keyword.iskeyword(part):
+            raise RuntimeError(
+                f"custom_op({qualname!r}): the {what} {part!r} is a Python keyword, which an "
+                "operator name cannot be; choose another name"
+            )
 
 
 def device_types_tuple(device_types: Union[str, Sequence[str], None]) -> Optional[Tuple[str, ...]]:

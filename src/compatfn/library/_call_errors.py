@@ -1,0 +1,66 @@
+"""torch's errors for arguments of the wrong type, written as the dispatcher writes them, for the
+calls of compatfn's tiers that do not go through it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict
+
+import torch
+
+from compatfn.library._infer_schema import schema_arguments, schema_for_this_torch
+
+if TYPE_CHECKING:
+    from compatfn.library._custom_ops import CustomOp
+
+__all__ = ["check_tensor_arguments", "declaration", "expected_error"]
+
+
+def declaration(qualname: str, schema: str) -> str:
+    """``qualname`` and ``schema`` as torch prints an operator's schema (``float s=2.``).
+
+    Example::
+
+        >>> declaration("ns::op", "(Tensor x, float s=2.0) -> Tensor")
+        'ns::op(Tensor x, float s=2.) -> Tensor'
+    """
+    try:
+        return str(torch._C.parse_schema(qualname + schema_for_this_torch(schema)))
+    except RuntimeError:  # compatfn parsed it at definition: kept as written, to be safe
+        return qualname + schema
+
+
+#: pybind11's detail line for a value it cannot cast (torch's message quotes it).
+_PYBIND_CAST = (
+    "Unable to cast Python instance of type {} to C++ type '?' "
+    "(#define PYBIND11_DETAILED_ERROR_MESSAGES or compile in debug mode for details)"
+)
+
+
+def expected_error(
+    qualname: str, schema: str, name: str, shown: str, value: Any, culprit: Any = None
+) -> RuntimeError:
+    """torch's error for an argument of the wrong type (``shown``: the type as torch names it;
+    ``culprit``: the element of a list that cannot be cast, else the value itself)."""
+    arguments = [a.rsplit("=", 1)[0].split()[-1] for a in schema_arguments(schema) if a != "*"]
+    if shown in ("Tensor", "Optional[Tensor]"):
+        details = f"Unable to cast {value!r} to Tensor"
+    else:
+        details = _PYBIND_CAST.format(type(value if culprit is None else culprit))
+    return RuntimeError(
+        f"{qualname}() Expected a value of type '{shown}' for argument '{name}' but instead "
+        f"found type '{type(value).__name__}'.\nPosition: {arguments.index(name)}\n"
+        f"Value: {value!r}\nDeclaration: {declaration(qualname, schema)}\n"
+        f"Cast error details: {details}"
+    )
+
+
+def check_tensor_arguments(op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any]) -> None:
+    """torch's error for a ``Tensor`` parameter given something else; objects that take part in
+    ``__torch_function__`` (torch.fx proxies) pass, and so does None (the dispatcher hands the
+    kernel an undefined tensor, which it sees as None)."""
+    for i, name in op._tensor_params:
+        value = inputs[i] if i < len(inputs) else keyword_only[name]
+        if value is None or isinstance(value, torch.Tensor):
+            continue
+        if not hasattr(value, "__torch_function__"):
+            raise expected_error(op._qualname, op._schema, name, "Tensor", value)
