@@ -709,3 +709,76 @@ def test_register_autograd_takes_what_torch_takes_and_the_op_has_no_name(tier):
     if tier != "function":
         assert not hasattr(named, "__name__") and not hasattr(named, "__qualname__")
     assert named.__doc__ != "The kernel's docstring."
+
+
+def _schema_calls(decorate: Callable) -> List[str]:
+    """What the kernels of ops with an explicit ``schema=`` get, or torch's error."""
+    seen: List[str] = []
+
+    def defaults(x, n=1, f=1.0, s="z", dt=None, ints=None):
+        seen.append(repr((n, f, s, dt, ints)))
+        return x * 1
+
+    def renamed(x, m):
+        seen.append(repr(m))
+        return x * 1
+
+    def required(x, n=7):
+        seen.append(repr(n))
+        return x * 1
+
+    schema = "(Tensor x, int n=4, float f=0.5, str s='q', ScalarType? dt=None, int[] ints=[1,2])"
+    ops = [
+        decorate("defaults", schema + " -> Tensor")(defaults),
+        decorate("renamed", "(Tensor x, int n) -> Tensor")(renamed),
+        decorate("required", "(Tensor x, int n) -> Tensor")(required),
+    ]
+    x = torch.ones(1)
+    calls = [
+        lambda: ops[0](x),
+        lambda: ops[0](x, 4),
+        lambda: ops[0](x, 2, 0.5),
+        lambda: ops[0](x, 4, 0.5, "q", None, [1, 2]),
+        lambda: ops[0](x, 4, 0.5, "q", None, [3]),
+        lambda: ops[1](x, n=3),
+        lambda: ops[2](x),
+    ]
+    for call in calls:
+        try:
+            call()
+        except RuntimeError as e:
+            seen.append(re.sub(r"cft_\w+::", "NS::", str(e).split("\n")[0]))
+    return seen
+
+
+#: Recorded from torch 2.13's own custom_op: an argument equal to the schema's default is left
+#: out of the kernel's call (the kernel's own default applies); calls bind by the schema's names.
+SCHEMA_CALLS = [
+    "(1, 1.0, 'z', None, None)",
+    "(1, 1.0, 'z', None, None)",
+    "(2, 1.0, 'z', None, None)",
+    "(1, 1.0, 'z', None, None)",
+    "(4, 0.5, 'q', None, [3])",
+    "3",
+    "NS::required() is missing value for argument 'n'. Declaration: NS::required(Tensor x, int n) "
+    "-> Tensor",
+]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_an_explicit_schema_binds_calls_and_leaves_out_its_defaults(tier):
+    """compatfn before: calls bound by the kernel's signature (its defaults, its names), so the
+    kernel got ``n=4`` where torch's gets its own ``n=1``, ``n=3`` was refused, and ``required(x)``
+    ran with the kernel's default."""
+
+    def decorate_with(maker: Callable, prefix: str) -> Callable:
+        def decorate(name: str, schema: str) -> Callable:
+            return maker(f"{fresh(prefix)}::{name}", mutates_args=(), schema=schema)
+
+        return decorate
+
+    ours = _schema_calls(decorate_with(lambda q, **kw: make(tier, "", qualname=q, **kw), tier))
+    if tier == "torch":  # torch's own op, side by side
+        assert ours == _schema_calls(decorate_with(torch.library.custom_op, "own"))
+    else:
+        assert ours == SCHEMA_CALLS

@@ -35,6 +35,7 @@ from compatfn.library._infer_schema import (
     infer_schema,
     returns_only_tensors,
     schema_for_this_torch,
+    schema_signature,
     tensor_parameters,
 )
 from compatfn.library._kernels import (
@@ -112,6 +113,11 @@ class CustomOp:
         check_operator_name(qualname, schema_for_this_torch(self._schema))
         check_no_keyword_only_tensors(self._full_name, self._schema, tags)
         self._signature = inspect.signature(fn)
+        #: The kernel's own default of each positional parameter that has one: what it gets for an
+        #: argument the dispatcher leaves out (See NOTE: [arguments equal to their defaults]).
+        self._kernel_defaults = self._own_defaults()
+        if schema is not None:  # calls bind as the schema says
+            self._signature = schema_signature(self._full_name, schema, fn)
         params = list(self._signature.parameters.values())
         self._positional = [p.name for p in params if p.kind is not p.KEYWORD_ONLY]
         self._keyword_only = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
@@ -286,6 +292,10 @@ class CustomOp:
         """``output`` as torch's operator hands a ``Tensor[]`` return to Python: a list (a
         kernel may return a tuple)."""
         return list(output) if self._returns_list and type(output) is tuple else output
+
+    def _own_defaults(self) -> Dict[int, Any]:
+        params = [p for p in self._signature.parameters.values() if p.kind is not p.KEYWORD_ONLY]
+        return {i: p.default for i, p in enumerate(params) if p.default is not p.empty}
 
     def _mutated_positions(self, mutates_args: Union[str, Iterable[str]]) -> Tuple[int, ...]:
         names = self._positional if isinstance(mutates_args, str) else set(mutates_args)

@@ -218,30 +218,40 @@ def _argument_lines(op: CustomOp, given: str, globals_: Dict[str, Any]) -> List[
 
 
 def _elided_default_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
-    """Trailing positional arguments equal to their (scalar) defaults replaced by the defaults,
-    from the last one back: the dispatcher leaves them out of the kernel's call, so ``-0.0`` for
-    a ``0.0`` default reaches the kernel as ``0.0``."""
+    """Trailing positional arguments equal to their defaults replaced by the kernel's own
+    defaults, from the last one back: the dispatcher leaves them out of the kernel's call, so
+    ``-0.0`` for a ``0.0`` default reaches the kernel as ``0.0``, and a kernel whose defaults an
+    explicit ``schema=`` overrides gets its own."""
     params = [p for p in op._signature.parameters.values() if p.kind is not p.KEYWORD_ONLY]
     lines: List[str] = []
     indent = ""
     for i in reversed(range(len(params))):
         p = params[i]
-        if p.default is None:  # nothing to replace: a None stays None
+        own = op._kernel_defaults.get(i, p.default)
+        if p.default is None:  # a None stays None, unless the kernel's own default differs
             lines += [f"{indent}if {p.name} is None:"]
+            if own is not None:
+                globals_[f"own_default{i}"] = own
+                lines += [f"{indent}    {p.name} = $own_default{i}"]
             indent += "    "
             continue
-        if type(p.default) not in (int, float, bool, str):
+        if type(p.default) not in _ELIDABLE_DEFAULTS:
             break
         kind = op._conversions.get(p.name, (None,))[0]  # the argument's exact type
         if kind is not None and not default_elidable(p.default, kind):
             break  # See NOTE: [arguments equal to their defaults]
-        key = f"default{i}"
-        globals_[key] = p.default
-        lines += [f"{indent}if {p.name} == ${key}:", f"{indent}    {p.name} = ${key}"]
+        globals_[f"default{i}"] = p.default
+        globals_[f"own_default{i}"] = own
+        lines += [f"{indent}if {p.name} == $default{i}:", f"{indent}    {p.name} = $own_default{i}"]
         indent += "    "
     while lines and lines[-1].strip().endswith("is None:"):  # no statement under it
         lines.pop()
     return lines
+
+
+#: The types of defaults a schema can have that an argument can equal (the dispatcher compares
+#: them as values).
+_ELIDABLE_DEFAULTS = (int, float, bool, str, list, torch.dtype, torch.device)
 
 
 def _kept_as_written(default: Any, kind: Any, optional: bool) -> bool:

@@ -22,6 +22,7 @@ __all__ = [
     "returns_only_tensors",
     "schema_arguments",
     "schema_for_this_torch",
+    "schema_signature",
     "tensor_parameters",
 ]
 
@@ -226,6 +227,37 @@ def schema_arguments(schema: str) -> List[str]:
             start = i + 1
     parts.append(inner[start:].strip())
     return [p for p in parts if p]
+
+
+#: Schema type -> the annotation of a parameter of that type (what the short path reads).
+_ANNOTATIONS = {"Tensor": torch.Tensor, "int": int, "SymInt": int, "float": float, "bool": bool}
+
+
+def schema_signature(name: str, schema: str, fn: Callable) -> inspect.Signature:
+    """The signature a call of an op with an explicit ``schema=`` binds to: the schema's
+    parameter names, keyword-only ones and defaults (torch's dispatcher binds by the schema, not
+    by the kernel's own signature).
+
+    Example::
+
+        >>> schema_signature("f", "(Tensor x, *, int n=4) -> Tensor", lambda x, n=1: x)
+        <Signature (x: torch.Tensor, *, n: int = 4)>
+    """
+    arguments = torch._C.parse_schema(name + schema_for_this_torch(schema)).arguments
+    written = schema_arguments(schema)
+    star = written.index("*") if "*" in written else len(written)
+    parameters = []
+    for i, (argument, text) in enumerate(zip(arguments, [a for a in written if a != "*"])):
+        kind = (
+            inspect.Parameter.KEYWORD_ONLY if i >= star else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        )
+        default = argument.default_value if "=" in text else inspect.Parameter.empty
+        schema_type = re.sub(r"\(.*?\)", "", text.split()[0])
+        annotation = _ANNOTATIONS.get(schema_type, inspect.Parameter.empty)
+        parameters.append(
+            inspect.Parameter(argument.name, kind, default=default, annotation=annotation)
+        )
+    return inspect.Signature(parameters, return_annotation=inspect.signature(fn).return_annotation)
 
 
 def check_no_keyword_only_tensors(name: str, schema: str, tags: Sequence[Any]) -> None:

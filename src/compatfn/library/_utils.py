@@ -49,8 +49,16 @@ def check_operator_name(qualname: str, schema: str) -> None:
     """torch's errors, at definition, for an operator name its schema parser refuses (``1x``,
     ``x-y``, ``if``) or a ``default`` overload; compatfn's for a Python keyword the parser of an
     old torch lets through (generated code names parameters after it)."""
-    torch._C.parse_schema(qualname + schema)  # torch's error if it cannot (the name is first)
     namespace, full_name = qualname.split("::")
+    written = torch._C.parse_schema(full_name + schema).name  # as torch's CustomOpDef parses it
+    if "::" in written:  # a schema string that names a namespace of its own
+        raise RuntimeError(
+            f"Explicitly provided namespace ({written.split('::')[0]}) in schema string does not "
+            f"match namespace of enclosing TORCH_LIBRARY_FRAGMENT block ({namespace}).  Move this "
+            "definition to the (unique) TORCH_LIBRARY block corresponding to this namespace (and "
+            "consider deleting the namespace from your schema string.)"
+        )
+    torch._C.parse_schema(qualname + schema)  # torch's error for the namespace
     name, _, overload = full_name.partition(".")
     if overload == "default":
         raise RuntimeError("default is not a legal overload name for aten operators")
