@@ -42,11 +42,27 @@ def _schema(case: Dict[str, Any]) -> Optional[str]:
             kind = "float"
         if p["name"] in case["mutates"]:
             kind = f"Tensor(a{p['name']}!)"
-        default = "" if p["default"] == "none" else "=" + _schema_default(p["default"], kind)
+        value = p["default"]
+        if case["schema"] == "other_defaults":
+            value = _other_default(value)
+        default = "" if value == "none" else "=" + _schema_default(value, kind)
+        if p.get("kw_only"):
+            parts.append("*")
         parts.append(f"{kind} {p['name']}{default}")
     n = case["outputs"]
     returns = "()" if n == 0 else "Tensor" if n == 1 else "(" + ", ".join(["Tensor"] * n) + ")"
     return f"({', '.join(parts)}) -> {returns}"
+
+
+def _other_default(value: Any) -> Any:
+    """Another default of the same type (the schema's, not the kernel's)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, str) and value != "none":
+        return value + "b"
+    return value
 
 
 def _schema_default(value: Any, kind: str) -> str:
@@ -74,6 +90,8 @@ def _kernel_source(case: Dict[str, Any]) -> str:
     sig = []
     for p in params:
         default = "" if p["default"] == "none" else f" = {_py_default(p['default'])}"
+        if p.get("kw_only"):
+            sig.append("*")
         sig.append(f"{p['name']}: {_TYPE_SOURCE[p['type']]}{default}")
     n = case["outputs"]
     body = [
@@ -247,7 +265,9 @@ def _inner_kernel() -> Callable:
 
 
 def _setup_context(state: Dict[str, Any]) -> Callable:
-    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+    def setup_context(
+        ctx: Any, inputs: tuple, output: Any, keyword_only_inputs: Any = None
+    ) -> None:
         state["setup"] += 1
         ctx.lens = [len(v) if isinstance(v, list) else -1 for v in inputs]
         ctx.nones = [v is None for v in inputs]

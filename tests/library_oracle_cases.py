@@ -21,9 +21,18 @@ SCALARS: Dict[str, Tuple[str, List[Any], List[Any]]] = {
     "bool": ("bool", [False, True], [True, False, "np.bool_(True)"]),
     "str": ("str", ["a"], ["abc", "bytes"]),
     "Optional[float]": ("Optional[float]", [None], [None, 1.25]),
-    "List[int]": ("List[int]", [], [[1, 2], (3,)]),
+    "List[int]": ("List[int]", [], [[1, 2], (3,), "int_vector"]),
 }
 TENSOR_TYPES = ["Tensor", "Optional[Tensor]", "List[Tensor]"]
+#: The values drawn for a tensor parameter of each type, some of which torch refuses (``tensor``
+#: for a list; ``none_in_list``: ``[None]``; ``list_tensor``: ``[tensor]`` for ``Tensor?``).
+TENSOR_VALUES = {
+    "Optional[Tensor]": ["tensor", None, "tensor", "list_tensor"],
+    "List[Tensor]": ["tensors2", "tensors0", "tensors2", "tensor", "none_in_list", "generator"],
+}
+#: An explicit ``schema=``: none, the inferred one, one with a float for each int, one with other
+#: defaults than the kernel's own.
+SCHEMAS = ["none", "none", "given", "float_for_int", "other_defaults"]
 KERNELS = [
     "pure",
     "pure",
@@ -91,6 +100,8 @@ def cases(draw: Any, contexts: List[str] = CONTEXTS) -> Dict[str, Any]:
             if p["default"] == "none":
                 params = params[: params.index(p)]
                 break
+    if len(params) > 1 and draw(st.integers(0, 3)) == 0:  # a keyword-only last parameter
+        params[-1]["kw_only"] = True
     kernel = draw(st.sampled_from(KERNELS))
     tensor_names = [p["name"] for p in params if p["type"] == "Tensor"]
     mutates = sorted(draw(st.sets(st.sampled_from(tensor_names))))
@@ -104,6 +115,7 @@ def cases(draw: Any, contexts: List[str] = CONTEXTS) -> Dict[str, Any]:
         how = draw(
             st.sampled_from(["pos", "kw", "left_out"] if p["default"] != "none" else ["pos", "kw"])
         )
+        how = "kw" if how == "pos" and p.get("kw_only") else how
         args.append({"how": how, "value": _draw_value(draw, p["type"])})
     return {
         "params": params,
@@ -112,7 +124,7 @@ def cases(draw: Any, contexts: List[str] = CONTEXTS) -> Dict[str, Any]:
         "kernel": kernel,
         "autograd": not mutates and draw(st.booleans()),
         "fake": draw(st.booleans()),
-        "schema": draw(st.sampled_from(["none", "none", "given", "float_for_int"])),
+        "schema": draw(st.sampled_from(SCHEMAS)),
         "args": args,
         "grad": sorted(draw(st.sets(st.sampled_from(tensor_names)))),
         "context": draw(st.sampled_from(contexts)),
@@ -128,10 +140,8 @@ def _first_default(kind: str) -> Any:
 def _draw_value(draw: Any, kind: str) -> Any:
     if kind == "Tensor":
         return "tensor"
-    if kind == "Optional[Tensor]":
-        return draw(st.sampled_from(["tensor", None]))
-    if kind == "List[Tensor]":
-        return draw(st.sampled_from(["tensors2", "tensors0"]))
+    if kind in TENSOR_VALUES:
+        return draw(st.sampled_from(TENSOR_VALUES[kind]))
     return draw(st.sampled_from(SCALARS[kind][2]))
 
 
@@ -233,6 +243,45 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
         "inplace_declared", 0, mutates=["x"], context="meta"
     ),
     "a TorchDispatchMode sees the op": case(grad=["x"], autograd=True, context="dispatch_mode"),
+    "a keyword-only tensor parameter": case(
+        params=[
+            {"name": "x", "type": "Tensor", "default": "none"},
+            {"name": "a0", "type": "Optional[Tensor]", "default": None, "kw_only": True},
+        ],
+        args=[{"how": "pos", "value": "tensor"}, {"how": "kw", "value": "tensor"}],
+    ),
+    "a tensor for a tensor list": _with_scalar("List[Tensor]", "none", "tensor"),
+    "[None] for a tensor list": _with_scalar("List[Tensor]", "none", "none_in_list"),
+    "a generator for a tensor list": _with_scalar("List[Tensor]", "none", "generator", grad=["x"]),
+    "[x] for an optional tensor": _with_scalar("Optional[Tensor]", None, "list_tensor"),
+    "an int vector for an inferred int list": _with_scalar("List[int]", "none", "int_vector"),
+    "an int vector for a written int[]": _with_scalar(
+        "List[int]", "none", "int_vector", schema="given"
+    ),
+    "a TorchFunctionMode sees a call it refuses": _with_scalar(
+        "List[Tensor]", "none", "none_in_list", context="torch_function_mode"
+    ),
+    "a TorchFunctionMode sees a call with an int outside int64": _with_scalar(
+        "int", "none", "int64_overflow", context="torch_function_mode"
+    ),
+    "a schema default reaches the kernel as the kernel's": _with_scalar(
+        "int", 2, 3, schema="other_defaults"
+    ),
+    "a keyword-only argument equal to its schema default": case(
+        params=[
+            {"name": "x", "type": "Tensor", "default": "none"},
+            {"name": "a0", "type": "str", "default": "a", "kw_only": True},
+        ],
+        args=[{"how": "pos", "value": "tensor"}, {"how": "kw", "value": "bytes"}],
+        schema="other_defaults",
+    ),
+    "-0.0 for a keyword-only 0.0 default": case(
+        params=[
+            {"name": "x", "type": "Tensor", "default": "none"},
+            {"name": "a0", "type": "float", "default": 0.0, "kw_only": True},
+        ],
+        args=[{"how": "pos", "value": "tensor"}, {"how": "kw", "value": -0.0}],
+    ),
 }
 
 

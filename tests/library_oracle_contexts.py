@@ -32,6 +32,14 @@ def _value(spec: Any, grad: bool) -> Any:
         ]
     if spec == "tensors0":
         return []
+    if spec == "none_in_list":
+        return [None]
+    if spec == "list_tensor":
+        return [_value("tensor", grad)]
+    if spec == "generator":
+        return (t for t in _value("tensors2", grad))
+    if spec == "int_vector":
+        return torch.tensor([1, 2])
     if spec == "big_int":
         return 10**400
     if spec == "int64_overflow":
@@ -298,6 +306,12 @@ _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 _MODULE = re.compile(r"<module [^>]*>")
 
 
+#: Where torch's build asserts: the source path and line differ between builds of a release.
+_ASSERTED_AT = re.compile(r'INTERNAL ASSERT FAILED at "[^"]*":\d+')
+
+
 def normalise(text: str) -> str:
-    """``text`` with the test's namespaces, memory addresses and module paths replaced."""
+    """``text`` with the test's namespaces, memory addresses, module paths and torch's source
+    locations replaced."""
+    text = _ASSERTED_AT.sub('INTERNAL ASSERT FAILED at "<source>":?', text)
     return _MODULE.sub("<module>", _ADDRESS.sub("0x?", _NAMESPACE.sub("NS", text)))

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional,
 import torch
 
 from compatfn.library._call_errors import expected_error
-from compatfn.library._facts import SCALAR_TYPE_NUMBERS
+from compatfn.library._facts import HAS_ZERO_TENSOR, SCALAR_TYPE_NUMBERS, int_type
+from compatfn.library._no_operator import needs_dispatcher
 
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
@@ -122,8 +123,9 @@ def _to_dtype(value: Any) -> Any:
 # places, and compatfn's tiers follow 2.13): a ``Tensor[]`` argument is a list, a tuple or a
 # generator of tensors (not a tensor, not ``None`` in it unless the type is ``Tensor?[]``, not
 # another iterator); a list of scalars is any sequence (a list, a tuple, a range, a numpy array),
-# and an ``int[]`` is also a 1-D tensor of an integer dtype (its values). A ``Tensor?`` is None, a
-# tensor or an object that takes part in ``__torch_function__``.
+# and a ``SymInt[]`` (what torch >= 2.0 infers from ``List[int]``; a written ``int[]`` is not) is
+# also a 1-D tensor of an integer dtype (its values). A ``Tensor?`` is None or a tensor. An object
+# that takes part in ``__torch_function__`` (a torch.fx proxy) passes for any of them.
 
 
 def _is_sequence(value: Any) -> bool:
@@ -136,13 +138,28 @@ def _is_sequence(value: Any) -> bool:
 
 
 def _is_integer_vector(value: Any) -> bool:
+    """A 1-D tensor of integers with values to read (not meta, not a subclass: a FakeTensor)."""
     return (
-        isinstance(value, torch.Tensor)
+        type(value) is torch.Tensor
+        and value.device.type != "meta"
         and value.dim() == 1
         and not value.dtype.is_floating_point
         and not value.dtype.is_complex
         and value.dtype is not torch.bool
     )
+
+
+def _values(vector: torch.Tensor) -> List[int]:
+    """The values of an integer vector (a ZeroTensor's are zeros: it has no storage)."""
+    if HAS_ZERO_TENSOR and vector._is_zerotensor():
+        return [0] * vector.numel()
+    return vector.tolist()  # type: ignore[no-any-return]
+
+
+def _is_proxy(value: Any) -> bool:
+    """An object standing for a value while torch.fx traces (it takes part in
+    ``__torch_function__`` and is no tensor): the traced graph's run converts the value."""
+    return hasattr(value, "__torch_function__") and not isinstance(value, torch.Tensor)
 
 
 def _is_tensor_like(value: Any) -> bool:
@@ -154,6 +171,8 @@ def _tensor_list(error: Callable[..., RuntimeError], optional_items: bool) -> Ca
     (See NOTE: [what the dispatcher takes for a list])."""
 
     def converted(value: Any) -> Any:
+        if _is_proxy(value):
+            return value
         if not isinstance(value, (list, tuple, types.GeneratorType)):
             raise error(value)
         items = list(value)
@@ -188,7 +207,9 @@ _SCALARS: Dict[str, Tuple[type, str, Callable[[Any], Any]]] = {
 }
 
 
-def _conversion(qualname: str, schema: str, name: str, schema_type: str) -> Optional[Conversion]:
+def _conversion(
+    qualname: str, schema: str, name: str, schema_type: str, inferred: bool
+) -> Optional[Conversion]:
     optional = schema_type.endswith("?")
     base = schema_type.rstrip("?")
     is_list = base.endswith("[]")
@@ -206,12 +227,14 @@ def _conversion(qualname: str, schema: str, name: str, schema_type: str) -> Opti
     if base not in _SCALARS:
         return None  # tensors: checked where they are used
     kind, type_name, convert = _SCALARS[base]
+    # torch < 2.0 has no SymInt: an inferred int there is what torch >= 2.0 infers as SymInt
+    symint = base == "SymInt" or (base == "int" and inferred and int_type() == "int")
     shown = f"List[{type_name}]" if is_list else type_name
     shown = f"Optional[{shown}]" if optional else shown
 
     def converted(value: Any) -> Any:
-        if value is None and optional:
-            return None
+        if (value is None and optional) or _is_proxy(value):
+            return value
         if is_list:
             return _scalar_list(value)
         result = convert(value)
@@ -220,8 +243,8 @@ def _conversion(qualname: str, schema: str, name: str, schema_type: str) -> Opti
         return result
 
     def _scalar_list(value: Any) -> List[Any]:
-        if base in ("int", "SymInt") and _is_integer_vector(value):
-            return value.tolist()
+        if symint and _is_integer_vector(value):  # the operator reads it where it is called
+            return value if needs_dispatcher() else _values(value)
         if not (isinstance(value, (list, tuple)) or _is_sequence(value)):
             raise error(value)
         items: List[Any] = [convert(v) for v in value]
@@ -233,7 +256,7 @@ def _conversion(qualname: str, schema: str, name: str, schema_type: str) -> Opti
     return (None if is_list else kind), optional, converted
 
 
-def conversions(qualname: str, schema: str) -> Dict[str, Conversion]:
+def conversions(qualname: str, schema: str, inferred: bool = True) -> Dict[str, Conversion]:
     """Each non-tensor parameter of ``schema`` (and each ``Tensor?``, ``Tensor[]``) -> its
     :data:`Conversion`.
 
@@ -247,7 +270,7 @@ def conversions(qualname: str, schema: str) -> Dict[str, Conversion]:
     found: Dict[str, Conversion] = {}
     for match in _ARGUMENT.finditer(arguments):
         name = match.group("name")
-        conversion = _conversion(qualname, schema, name, match.group("type"))
+        conversion = _conversion(qualname, schema, name, match.group("type"), inferred)
         if conversion is not None:
             found[name] = conversion
     return found

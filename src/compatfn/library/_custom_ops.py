@@ -18,6 +18,7 @@ from typing import (
 
 import torch
 
+from compatfn.core import _dynamo_tracing as dynamo_tracing
 from compatfn.library import _registration
 from compatfn.library._autocast import autocast_dtype, call_autocast
 from compatfn.library._autograd import Call, autograd_function
@@ -41,6 +42,7 @@ from compatfn.library._infer_schema import (
 from compatfn.library._kernels import (
     as_autograd_returned,
     bump_declared,
+    bump_zero_tensors,
     check_device_argument,
     check_device_types,
     device_argument_index,
@@ -122,7 +124,7 @@ class CustomOp:
         self._positional = [p.name for p in params if p.kind is not p.KEYWORD_ONLY]
         self._keyword_only = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
         self._mutated = self._mutated_positions(mutates_args)
-        self._conversions = conversions(qualname, self._schema)
+        self._conversions = conversions(qualname, self._schema, inferred=schema is None)
         self._returns_list = self._schema.endswith("-> Tensor[]")
         self._tensor_returns = tensor_return_count(self._schema)
         self._kernels: Dict[Optional[str], Callable] = dict.fromkeys(device_types or (None,), fn)
@@ -190,13 +192,24 @@ class CustomOp:
         NOTE: [the op's call])."""
         if any_left_out(inputs) or any_left_out(keyword_only.values()):
             return wrong_call(self, given, (), written)
-        check_tensor_arguments(self, inputs, keyword_only)
         if self._opoverload is not None:
-            if not self._eager_ok(inputs, keyword_only):
+            if not self._eager_ok(inputs, keyword_only):  # the operator checks, modes see it
+                if self._mutated and not dynamo_tracing():  # See bump_zero_tensors
+                    bump_zero_tensors(self, inputs)
                 positional, keywords = self._as_written(inputs, keyword_only, given, written)
                 return self._opoverload(*positional, **keywords)
+            check_tensor_arguments(self, inputs, keyword_only)
             return self._apply(inputs, keyword_only, self._eager_fn)
+        check_tensor_arguments(self, inputs, keyword_only)
         return call_without_operator(self, inputs, keyword_only)
+
+    def _refused(self, error: RuntimeError, given: tuple, args: tuple, kwargs: Any) -> Any:
+        """A call with an argument the conversions refuse (``error``, torch 2.13's): through the
+        operator where the call needs it (a mode sees the call before the operator refuses it,
+        with the error of the torch that runs; torch.fx records it), else ``error``."""
+        if needs_dispatcher() or torch_function_arguments((*given, *args), kwargs):
+            return wrong_call(self, given, args, kwargs)
+        raise error
 
     def _as_written(
         self, inputs: tuple, keyword_only: Dict[str, Any], given: tuple, written: Dict[str, Any]
@@ -293,9 +306,15 @@ class CustomOp:
         kernel may return a tuple)."""
         return list(output) if self._returns_list and type(output) is tuple else output
 
-    def _own_defaults(self) -> Dict[int, Any]:
-        params = [p for p in self._signature.parameters.values() if p.kind is not p.KEYWORD_ONLY]
-        return {i: p.default for i, p in enumerate(params) if p.default is not p.empty}
+    def _own_defaults(self) -> Dict[Union[int, str], Any]:
+        """The kernel's defaults: by position, and by name for keyword-only parameters."""
+        params = self._signature.parameters.values()
+        positional = [p for p in params if p.kind is not p.KEYWORD_ONLY]
+        own: Dict[Union[int, str], Any] = {
+            i: p.default for i, p in enumerate(positional) if p.default is not p.empty
+        }
+        own.update((p.name, p.default) for p in params if p.kind is p.KEYWORD_ONLY)
+        return {k: v for k, v in own.items() if v is not inspect.Parameter.empty}
 
     def _mutated_positions(self, mutates_args: Union[str, Iterable[str]]) -> Tuple[int, ...]:
         names = self._positional if isinstance(mutates_args, str) else set(mutates_args)
@@ -305,7 +324,20 @@ class CustomOp:
 
     def _device_kernel(self, *args: Any, **kwargs: Any) -> Any:
         inputs, keyword_only = self._bind(args, kwargs)
+        if len(args) < len(inputs) or len(kwargs) < len(keyword_only):
+            inputs, keyword_only = self._left_out_as_kernel_defaults(args, kwargs)
         return run_kernel(self, inputs, keyword_only)
+
+    def _left_out_as_kernel_defaults(self, args: tuple, kwargs: dict) -> Tuple[tuple, dict]:
+        """The dispatcher's call of a kernel: each argument it left out (equal to the schema's
+        default) is the kernel's own default, as for torch's Python kernel."""
+        inputs, keyword_only = self._bind(args, kwargs)
+        own = self._kernel_defaults
+        inputs = (*args, *(own.get(i, v) for i, v in enumerate(inputs) if i >= len(args)))
+        keyword_only = {
+            k: kwargs[k] if k in kwargs else own.get(k, v) for k, v in keyword_only.items()
+        }
+        return inputs, keyword_only
 
     def _meta_kernel(self, *args: Any, **kwargs: Any) -> Any:
         assert self._fake is not None

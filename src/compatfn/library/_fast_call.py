@@ -175,6 +175,7 @@ def _argument_lines(op: CustomOp, given: str, globals_: Dict[str, Any]) -> List[
     # as it is: dynamo converts it as for torch's own op (a numpy scalar is an ndarray to it).
     raw_under_dynamo = op._opoverload is not None and HAS_DYNAMO
     globals_["dynamo_tracing"] = dynamo_tracing
+    globals_.update(RuntimeError=RuntimeError, refusal=None)
     wrong = f"return $wrong_call($self, {given}, $args, $kwargs)"
     lines = [
         *keyword_lines(op._positional, wrong, globals_, op._keyword_only),
@@ -201,10 +202,13 @@ def _argument_lines(op: CustomOp, given: str, globals_: Dict[str, Any]) -> List[
         if p.default is not p.empty and not _kept_as_written(p.default, kind, optional):
             left_out.append(converted)
         body = [f"if {name}.__class__ is $Missing:", *(f"    {line}" for line in left_out)]
-        if raw_under_dynamo:  # the operator's own conversion (dynamo sees numpy scalars apart)
-            body += ["elif not $dynamo_tracing():", f"    {converted}"]
+        # Under dynamo, the operator's own conversion (dynamo sees numpy scalars apart).
+        body += ["elif not $dynamo_tracing():" if raw_under_dynamo else "else:"]
+        if op._opoverload is not None:  # a value it refuses: see CustomOp._refused
+            body += ["    try:", f"        {converted}", "    except $RuntimeError as $refusal:"]
+            body += [f"        return $self._refused($refusal, {given}, $args, $kwargs)"]
         else:
-            body += ["else:", f"    {converted}"]
+            body += [f"    {converted}"]
         if kind is None:  # always converted
             lines += body
             continue
@@ -246,6 +250,23 @@ def _elided_default_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         indent += "    "
     while lines and lines[-1].strip().endswith("is None:"):  # no statement under it
         lines.pop()
+    return lines + _elided_keyword_lines(op, globals_)
+
+
+def _elided_keyword_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
+    """Each keyword-only argument equal to its default replaced by the kernel's own default:
+    the dispatcher leaves each out of the kernel's call on its own."""
+    lines: List[str] = []
+    for p in op._signature.parameters.values():
+        if p.kind is not p.KEYWORD_ONLY or type(p.default) not in _ELIDABLE_DEFAULTS:
+            continue
+        kind = op._conversions.get(p.name, (None,))[0]
+        if kind is not None and not default_elidable(p.default, kind):
+            continue
+        own = op._kernel_defaults.get(p.name, p.default)
+        globals_[f"default_{p.name}"] = p.default
+        globals_[f"own_default_{p.name}"] = own
+        lines += [f"if {p.name} == $default_{p.name}:", f"    {p.name} = $own_default_{p.name}"]
     return lines
 
 

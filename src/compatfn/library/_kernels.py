@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 
 import torch
 
+from compatfn.library._facts import HAS_ZERO_TENSOR
 from compatfn.library._infer_schema import schema_arguments
 from compatfn.library._no_operator import fallback_inputs, resolved
 from compatfn.library._utils import aliases_any, bump_version, dispatch_key, tensors_in
@@ -24,6 +25,7 @@ _log = logging.getLogger(__name__)
 __all__ = [
     "as_autograd_returned",
     "as_returned",
+    "bump_zero_tensors",
     "check_device_argument",
     "check_device_types",
     "check_no_alias",
@@ -215,6 +217,15 @@ def bump_declared(op: CustomOp, inputs: tuple) -> None:
     included."""
     for t in _mutated_tensors(op, inputs):
         if not is_inference(t):  # an inference tensor has no version counter
+            bump_version(t)
+
+
+def bump_zero_tensors(op: CustomOp, inputs: tuple) -> None:
+    """Before a call through the operator: the version of each declared argument that is a
+    ZeroTensor goes up, as torch's ADInplaceOrView kernel bumps it above the ZeroTensor fallback
+    (the kernel's ``bump_declared`` sees the fallback's copy)."""
+    for t in _mutated_tensors(op, inputs):
+        if HAS_ZERO_TENSOR and t._is_zerotensor():
             bump_version(t)
 
 
