@@ -314,4 +314,16 @@ TRANSFORM_REGRESSIONS: Dict[str, Dict[str, Any]] = {
     "a numpy scalar in a symbolically traced graph": _with_scalar(
         "float", "none", "np.float64(2.5)", context="symbolic_trace"
     ),
+    "a numpy int for a keyword-only default, compiled, a declared mutation": case(
+        params=[
+            {"name": "x", "type": "Tensor", "default": "none"},
+            {"name": "a0", "type": "int", "default": 0, "kw_only": True},
+        ],
+        args=[{"how": "pos", "value": "tensor"}, {"how": "kw", "value": "np.int64(4)"}],
+        mutates=["x"],
+        context="compile",
+    ),
+    "a declared mutation of a ZeroTensor, an optional tensor after it": _with_scalar(
+        "Optional[Tensor]", "none", "tensor", mutates=["x"], context="zero_tensors"
+    ),
 }

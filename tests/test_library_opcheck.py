@@ -14,6 +14,7 @@ import compatfn.testing
 from compatfn import library
 from library_support import (
     TIERS,
+    TORCH_MINOR,
     compiles,
     make,
     ok_or_skipped,
@@ -105,6 +106,49 @@ def test_a_wrong_fake_kernel_fails_opcheck(tier):
     assert isinstance(result["test_faketensor"], Exception), result
     with pytest.raises(opcheck_errors(), match="test_faketensor failed"):
         compatfn.testing.opcheck(bad_fake, (torch.randn(3),), test_utils="test_faketensor")
+
+
+#: (the fake kernel's output, torch 2.13's message after the op's name), recorded from torch
+#: 2.13's own opcheck (``MetadataMismatchError``).
+FAKE_MISMATCHES = {
+    "shape": (
+        lambda x: x.new_empty((4,)),
+        "mismatched tensor metadata: Shapes torch.Size([3]) and torch.Size([4]) are not equal!",
+    ),
+    "dtype": (
+        lambda x: x.new_empty((3,), dtype=torch.float64),
+        "mismatched tensor metadata: Dtypes torch.float32 and torch.float64 are not equal!",
+    ),
+}
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("what", sorted(FAKE_MISMATCHES))
+def test_a_fake_kernel_mismatch_is_torchs_metadata_mismatch_error(tier, what):
+    """compatfn before (torch 1.13-2.3): an AssertionError with its own words."""
+    if not library.HAS_META_DEVICE:
+        pytest.skip(f"torch {torch.__version__} has no meta device: no fake kernel runs")
+    fake, expected = FAKE_MISMATCHES[what]
+
+    @make(tier, "mismatched")
+    def mismatched(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    mismatched.register_fake(fake)
+    result = compatfn.testing.opcheck(
+        mismatched, (torch.ones(3),), test_utils="test_faketensor", raise_exception=False
+    )
+    error = result["test_faketensor"]
+    namespace = mismatched._qualname.split("::")[0]
+    if tier != "function" and (2, 4) <= TORCH_MINOR < (2, 5):
+        # torch 2.4's own opcheck (which checks an op with an operator) words it otherwise
+        assert isinstance(error, Exception)
+        return
+    assert type(error).__name__ == "MetadataMismatchError"
+    assert str(error) == (
+        f"When comparing the output of {namespace}.mismatched.default on FakeTensor and concrete "
+        f"Tensors, found {expected}"
+    )
 
 
 def _aot_check(tier: str, step: float, **tolerances: float) -> Any:

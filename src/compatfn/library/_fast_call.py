@@ -246,7 +246,8 @@ def _elided_default_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
             break  # See NOTE: [arguments equal to their defaults]
         globals_[f"default{i}"] = p.default
         globals_[f"own_default{i}"] = own
-        lines += [f"{indent}if {p.name} == $default{i}:", f"{indent}    {p.name} = $own_default{i}"]
+        test = _equal_test(op, p.name, f"$default{i}", globals_)
+        lines += [f"{indent}if {test}:", f"{indent}    {p.name} = $own_default{i}"]
         indent += "    "
     while lines and lines[-1].strip().endswith("is None:"):  # no statement under it
         lines.pop()
@@ -266,8 +267,20 @@ def _elided_keyword_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         own = op._kernel_defaults.get(p.name, p.default)
         globals_[f"default_{p.name}"] = p.default
         globals_[f"own_default_{p.name}"] = own
-        lines += [f"if {p.name} == $default_{p.name}:", f"    {p.name} = $own_default_{p.name}"]
+        test = _equal_test(op, p.name, f"$default_{p.name}", globals_)
+        lines += [f"if {test}:", f"    {p.name} = $own_default_{p.name}"]
     return lines
+
+
+def _equal_test(op: CustomOp, name: str, default: str, globals_: Dict[str, Any]) -> str:
+    """Source testing the argument ``name`` equal to ``default``; where dynamo may trace the
+    call, of the converted type first: under dynamo a value reaches the operator unconverted (a
+    numpy scalar, which dynamo compares as a tensor) and the operator leaves it out itself."""
+    if op._opoverload is None or not HAS_DYNAMO:
+        return f"{name} == {default}"
+    kind = op._conversions.get(name, (list,))[0] or list
+    globals_[f"exactly_{name}"] = kind
+    return f"$type({name}) is $exactly_{name} and {name} == {default}"
 
 
 #: The types of defaults a schema can have that an argument can equal (the dispatcher compares

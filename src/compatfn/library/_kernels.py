@@ -201,6 +201,7 @@ def run_kernel(op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any]) -> Any
     argument it mutated outside torch (NumPy) bumped, so that autograd sees the change."""
     # No operator: lazy views are resolved here (See NOTE: [what the dispatcher does around a call])
     if op._opoverload is None and fallback_inputs(inputs):
+        bump_zero_tensors(op, inputs)
         inputs = resolved(op, inputs)
     bump_declared(op, inputs)
     kernel = kernel_for(op, inputs)

@@ -186,17 +186,36 @@ def _check_faketensor(op: CustomOp, args: tuple, kwargs: dict) -> Optional[str]:
             )
     else:
         return f"torch {torch.__version__} has neither FakeTensor nor a meta device"
-    if len(fake) != len(real):
-        raise AssertionError(
-            f"{op._qualname}: fake kernel returned {len(fake)} tensors, real {len(real)}"
-        )
-    for i, (f, r) in enumerate(zip(fake, real)):
-        if tuple(f.shape) != tuple(r.shape) or f.dtype != r.dtype:
-            raise AssertionError(
-                f"{op._qualname}: output {i} of the fake kernel has shape {tuple(f.shape)} and "
-                f"dtype {f.dtype}, the real kernel {tuple(r.shape)} and {r.dtype}"
-            )
+    _compare_fake_and_real(op, fake, real)
     return None
+
+
+class MetadataMismatchError(RuntimeError):
+    """torch's error for a fake kernel whose outputs differ from the real kernel's in shape,
+    dtype or device (``torch._subclasses.fake_tensor.MetadataMismatchError``, torch >= 2.5)."""
+
+
+def _compare_fake_and_real(op: CustomOp, fake: List[Any], real: List[Any]) -> None:
+    """torch's comparison of the fake and the real outputs (``CrossRefFakeMode``), its errors
+    and messages."""
+    overload = op._overload or "default"
+    context = (
+        f"When comparing the output of {op._namespace}.{op._name}.{overload} on FakeTensor and "
+        "concrete Tensors, found"
+    )
+    if len(fake) != len(real):
+        raise AssertionError(f"{context} mismatch in number of returns {len(fake)} != {len(real)}")
+    for i, (f, r) in enumerate(zip(fake, real)):
+        mismatch = None
+        if tuple(f.shape) != tuple(r.shape):
+            mismatch = f"Shapes {r.shape} and {f.shape} are not equal!"
+        elif f.dtype != r.dtype:
+            mismatch = f"Dtypes {r.dtype} and {f.dtype} are not equal!"
+        elif f.device != r.device and f.device.type != "meta":
+            mismatch = f"Devices {r.device} and {f.device} are not equal!"
+        if mismatch is not None:
+            which = "" if len(real) == 1 else f" for output[{i}]"
+            raise MetadataMismatchError(f"{context} mismatched tensor metadata{which}: {mismatch}")
 
 
 def _check_aot_dispatch_dynamic(
