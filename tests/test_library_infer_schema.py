@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import typing
 from typing import Optional, Sequence
 
@@ -103,3 +104,40 @@ def test_string_annotations_give_torchs_own_schema_and_errors(case):
         except ValueError as error:
             outcomes.append(f"ValueError: {error}")
     assert outcomes[0] == outcomes[1]
+
+
+def test_infer_schema_takes_torchs_arguments():
+    """torch's ``infer_schema(fn, /, *, mutates_args, op_name=None, tags=())`` (compatfn before:
+    ``mutates_args`` by position, no ``op_name`` or ``tags``); torch's own side by side where it
+    has them."""
+
+    def scale(x: torch.Tensor, s: float = 2.0) -> torch.Tensor:
+        return x * s
+
+    def add_(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x.add_(y)
+
+    scale.__annotations__ = {"x": torch.Tensor, "s": float, "return": torch.Tensor}
+    add_.__annotations__ = {"x": torch.Tensor, "y": torch.Tensor, "return": torch.Tensor}
+    with pytest.raises(TypeError):
+        library.infer_schema(scale, ())  # type: ignore[misc]
+    ours = [
+        library.infer_schema(scale, mutates_args=()),
+        library.infer_schema(scale, mutates_args=(), op_name="scale"),
+        library.infer_schema(scale, mutates_args=(), op_name="ns::scale", tags=()),
+    ]
+    assert ours == [
+        "(Tensor x, float s=2.0) -> Tensor",
+        "scale(Tensor x, float s=2.0) -> Tensor",
+        "ns::scale(Tensor x, float s=2.0) -> Tensor",
+    ]
+    own = getattr(getattr(torch, "library", None), "infer_schema", None)
+    if own is None or "tags" not in inspect.signature(own).parameters:
+        if hasattr(torch, "Tag") and hasattr(torch.Tag, "inplace"):
+            with pytest.raises(NotImplementedError, match="write the schema"):
+                library.infer_schema(add_, mutates_args=("x",), tags=torch.Tag.inplace)
+        return
+    assert ours[1] == own(scale, mutates_args=(), op_name="scale")
+    assert library.infer_schema(add_, mutates_args=("x",), tags=torch.Tag.inplace) == own(
+        add_, mutates_args=("x",), tags=torch.Tag.inplace
+    )

@@ -111,7 +111,7 @@ class CustomOp:
         self._qualname = qualname
         if schema is not None:
             check_given_schema(self._full_name, schema, mutates_args)
-        self._schema = schema if schema is not None else infer_schema(fn, mutates_args)
+        self._schema = schema if schema is not None else infer_schema(fn, mutates_args=mutates_args)
         check_operator_name(qualname, schema_for_this_torch(self._schema))
         check_no_keyword_only_tensors(self._full_name, self._schema, tags)
         self._signature = inspect.signature(fn)

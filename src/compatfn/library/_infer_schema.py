@@ -113,15 +113,48 @@ def _default_repr(value: Any) -> Optional[str]:
     return None
 
 
-def infer_schema(fn: Callable, mutates_args: Union[str, Iterable[str]]) -> str:
-    """The operator schema of ``fn`` from its annotations, as ``torch.library.infer_schema``.
+def infer_schema(
+    prototype_function: Callable,
+    /,
+    *,
+    mutates_args: Union[str, Iterable[str]],
+    op_name: Optional[str] = None,
+    tags: Any = (),
+) -> str:
+    """The operator schema of ``prototype_function`` from its annotations, as
+    ``torch.library.infer_schema`` (``op_name`` goes first; with ``torch.Tag.inplace`` or
+    ``torch.Tag.out`` in ``tags``, torch's own infer_schema infers it where it takes ``tags``).
 
     Example::
 
         >>> def f(x: torch.Tensor, scale: float = 2.0) -> torch.Tensor: ...
         >>> infer_schema(f, mutates_args=())
         '(Tensor x, float scale=2.0) -> Tensor'
+        >>> infer_schema(f, mutates_args=(), op_name="scale")
+        'scale(Tensor x, float scale=2.0) -> Tensor'
     """
+    listed = () if tags is None else (tags,) if not isinstance(tags, (list, tuple)) else tags
+    if any(getattr(tag, "name", None) in ("inplace", "out") for tag in listed):
+        return _torchs_own_with_tags(prototype_function, mutates_args, op_name, tuple(listed))
+    schema = _inferred(prototype_function, mutates_args)
+    return schema if op_name is None else op_name + schema
+
+
+def _torchs_own_with_tags(
+    fn: Callable, mutates_args: Any, op_name: Optional[str], tags: Tuple[Any, ...]
+) -> str:
+    """torch's own inference for the tags that change a schema (an inplace or out op)."""
+    own = getattr(getattr(torch, "library", None), "infer_schema", None)
+    if own is None or "tags" not in inspect.signature(own).parameters:
+        raise NotImplementedError(
+            f"infer_schema({getattr(fn, '__name__', fn)!r}): torch.Tag.inplace and torch.Tag.out "
+            f"change the inferred schema, which torch {torch.__version__}'s own infer_schema "
+            "cannot do; write the schema and pass it as schema="
+        )
+    return own(fn, mutates_args=mutates_args, op_name=op_name, tags=tags)  # type: ignore[no-any-return]
+
+
+def _inferred(fn: Callable, mutates_args: Union[str, Iterable[str]]) -> str:
     sig = inspect.signature(fn)
 
     def error(what: str) -> ValueError:

@@ -97,7 +97,7 @@ def define_with_torch(
     if schema is None and (strings or not parser_reads_dtype_names()):
         # See NOTE: [string annotations]; torch 2.4's own inference writes a dtype default that
         # its parser refuses (``parser_reads_dtype_names``).
-        inferred = infer_schema(fn, mutates_args)
+        inferred = infer_schema(fn, mutates_args=mutates_args)
         if strings or schema_for_this_torch(inferred) != inferred:
             schema = schema_for_this_torch(inferred)
     if tags is not None and not TORCH_CUSTOM_OP_TAKES_TAGS:
