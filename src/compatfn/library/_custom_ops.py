@@ -112,7 +112,7 @@ class CustomOp:
         if schema is not None:
             check_given_schema(self._full_name, schema, mutates_args)
         self._schema = schema if schema is not None else infer_schema(fn, mutates_args=mutates_args)
-        check_operator_name(qualname, schema_for_this_torch(self._schema))
+        check_operator_name(qualname, None if schema is None else schema_for_this_torch(schema))
         check_no_keyword_only_tensors(self._full_name, self._schema, tags)
         self._signature = inspect.signature(fn)
         #: The kernel's own default of each positional parameter that has one: what it gets for an

@@ -45,20 +45,24 @@ def parse_qualname(qualname: str) -> Tuple[str, str, str]:
     return namespace, name, overload
 
 
-def check_operator_name(qualname: str, schema: str) -> None:
+def check_operator_name(qualname: str, given_schema: Optional[str]) -> None:
     """torch's errors, at definition, for an operator name its schema parser refuses (``1x``,
-    ``x-y``, ``if``) or a ``default`` overload; compatfn's for a Python keyword the parser of an
-    old torch lets through (generated code names parameters after it)."""
+    ``x-y``, ``if``), a ``default`` overload or a ``schema=`` naming a namespace of its own;
+    compatfn's for a Python keyword the parser of an old torch lets through (generated code names
+    parameters after it)."""
     namespace, full_name = qualname.split("::")
-    written = torch._C.parse_schema(full_name + schema).name  # as torch's CustomOpDef parses it
-    if "::" in written:  # a schema string that names a namespace of its own
-        raise RuntimeError(
-            f"Explicitly provided namespace ({written.split('::')[0]}) in schema string does not "
-            f"match namespace of enclosing TORCH_LIBRARY_FRAGMENT block ({namespace}).  Move this "
-            "definition to the (unique) TORCH_LIBRARY block corresponding to this namespace (and "
-            "consider deleting the namespace from your schema string.)"
-        )
-    torch._C.parse_schema(qualname + schema)  # torch's error for the namespace
+    if given_schema is not None:  # parsed as torch's CustomOpDef parses it
+        written = torch._C.parse_schema(full_name + given_schema).name
+        if "::" in written:
+            raise RuntimeError(
+                f"Explicitly provided namespace ({written.split('::')[0]}) in schema string does "
+                f"not match namespace of enclosing TORCH_LIBRARY_FRAGMENT block ({namespace}).  "
+                "Move this definition to the (unique) TORCH_LIBRARY block corresponding to this "
+                "namespace (and consider deleting the namespace from your schema string.)"
+            )
+    # The parser reads the name first: its error for a name does not depend on the arguments
+    # (which torch 1.12's parser refuses with an empty message for a SymInt default).
+    torch._C.parse_schema(qualname + "() -> ()")
     name, _, overload = full_name.partition(".")
     if overload == "default":
         raise RuntimeError("default is not a legal overload name for aten operators")
