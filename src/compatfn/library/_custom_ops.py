@@ -115,8 +115,8 @@ class CustomOp:
         check_operator_name(qualname, None if schema is None else schema_for_this_torch(schema))
         check_no_keyword_only_tensors(self._full_name, self._schema, tags)
         self._signature = inspect.signature(fn)
-        #: The kernel's own default of each positional parameter that has one: what it gets for an
-        #: argument the dispatcher leaves out (See NOTE: [arguments equal to their defaults]).
+        #: The kernel's own defaults (by position; keyword-only ones by name): what it gets for
+        #: an argument the dispatcher leaves out (See NOTE: [arguments equal to their defaults]).
         self._kernel_defaults = self._own_defaults()
         if schema is not None:  # calls bind as the schema says
             self._signature = schema_signature(self._full_name, schema, fn)
