@@ -58,6 +58,16 @@ def make(
     return lambda fn: _custom_op(qualname, fn, mutates_args, device_types, schema, tier, tags)
 
 
+def side_by_side(tier: str, name: str, mutates_args: Any = ()) -> List[Callable[[Callable], Any]]:
+    """Decorators defining ``name`` on ``tier``, then, on the torch tier, with torch's own
+    ``torch.library.custom_op`` too (the oracle, in a namespace of its own)."""
+    decorators = [make(tier, name, mutates_args=mutates_args)]
+    if tier == "torch":
+        own = f"{fresh('own')}::{name}"
+        decorators.append(torch.library.custom_op(own, mutates_args=mutates_args))
+    return decorators
+
+
 def ok_or_skipped(result: Dict[str, Any]) -> bool:
     """Every opcheck test passed or was skipped, and at least one ran."""
     values = list(result.values())

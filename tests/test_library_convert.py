@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.types import Number
 
-from library_support import TIERS, fresh, make
+from library_support import TIERS, fresh, make, side_by_side
 
 
 def recording_op(tier: str, seen: Dict[str, Any]) -> Any:
@@ -172,10 +172,7 @@ def test_a_keyword_named_self_is_torchs_type_error(tier, case):
     ``self`` is Python's TypeError there (compatfn before: the call bound it to a parameter named
     ``self``, or raised the dispatcher's error)."""
     fn, mutates, call = SELF_KEYWORD_CALLS[case]
-    decorators = [make(tier, "selfish", mutates_args=mutates)]
-    if tier == "torch":  # torch's own op, side by side
-        decorators.append(torch.library.custom_op(f"{fresh('own')}::selfish", mutates_args=mutates))
-    for decorate in decorators:
+    for decorate in side_by_side(tier, "selfish", mutates_args=mutates):
         with pytest.raises(TypeError) as info:
             call(decorate(fn))
         assert str(info.value) == "CustomOpDef.__call__() got multiple values for argument 'self'"
@@ -268,10 +265,7 @@ def test_a_wrong_argument_type_error_has_torchs_detail_lines(tier):
     """torch's message goes on after its first line with the position, the value, the
     declaration and pybind11's cast error (compatfn before: the first line alone)."""
     messages = []
-    decorators = [make(tier, "detailed")]
-    if tier == "torch":
-        decorators.append(torch.library.custom_op(f"{fresh('own')}::detailed", mutates_args=()))
-    for decorate in decorators:
+    for decorate in side_by_side(tier, "detailed"):
         op = _listing_op(decorate, {})
         for args in ((X, [X], None, [1.5]), (X, [X], [X]), (2.5, [X])):
             with pytest.raises(RuntimeError) as info:

@@ -16,7 +16,7 @@ import compatfn
 import compatfn.testing
 from compatfn import library
 from compatfn.library import _facts
-from library_support import TIERS, TORCH_MINOR, fresh, make
+from library_support import TIERS, TORCH_MINOR, fresh, make, side_by_side
 
 
 def test_tier_follows_feature_detection():
@@ -670,10 +670,7 @@ def test_operator_names_torch_refuses_are_refused_with_torchs_error(tier, name):
 def test_keyword_only_tensor_parameters_are_refused_at_definition(tier):
     """torch refuses ``*, y: Optional[Tensor]`` (compatfn on torch 1.8-2.3 before: accepted)."""
     messages = []
-    decorators = [make(tier, "kw")]
-    if tier == "torch":
-        decorators.append(torch.library.custom_op(f"{fresh('own')}::kw", mutates_args=()))
-    for decorate in decorators:
+    for decorate in side_by_side(tier, "kw"):
 
         def kw(x: torch.Tensor, *, y: Optional[torch.Tensor] = None) -> torch.Tensor:
             return x.clone()

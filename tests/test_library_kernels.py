@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from compatfn import library
-from library_support import TIERS, fresh, make
+from library_support import TIERS, fresh, make, side_by_side
 
 
 @pytest.mark.parametrize("tier", TIERS)
@@ -312,10 +312,7 @@ def test_set_kernel_enabled_after_a_registration_for_several_devices(tier, caplo
     if tier == "torch" and not hasattr(torch.library.CustomOpDef, "set_kernel_enabled"):
         pytest.skip(f"torch {torch.__version__}'s own op has no set_kernel_enabled (torch >= 2.5)")
     results, logged = [], []
-    decorators = [make(tier, "several")]
-    if tier == "torch":
-        decorators.append(torch.library.custom_op(f"{fresh('own')}::several", mutates_args=()))
-    for decorate in decorators:
+    for decorate in side_by_side(tier, "several"):
 
         @decorate
         def several(x: torch.Tensor) -> torch.Tensor:

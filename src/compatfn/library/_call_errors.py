@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Dict
 
 import torch
 
-from compatfn.library._infer_schema import schema_arguments, schema_for_this_torch
+from compatfn.library._infer_schema import declared_arguments, schema_for_this_torch
 
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
@@ -41,7 +41,7 @@ def expected_error(
 ) -> RuntimeError:
     """torch's error for an argument of the wrong type (``shown``: the type as torch names it;
     ``culprit``: the element of a list that cannot be cast, else the value itself)."""
-    arguments = [a.rsplit("=", 1)[0].split()[-1] for a in schema_arguments(schema) if a != "*"]
+    arguments = [argument for _, argument in declared_arguments(schema)]
     if shown in ("Tensor", "Optional[Tensor]"):
         details = f"Unable to cast {value!r} to Tensor"
     else:

@@ -325,13 +325,17 @@ class CustomOp:
     def _device_kernel(self, *args: Any, **kwargs: Any) -> Any:
         inputs, keyword_only = self._bind(args, kwargs)
         if len(args) < len(inputs) or len(kwargs) < len(keyword_only):
-            inputs, keyword_only = self._left_out_as_kernel_defaults(args, kwargs)
+            inputs, keyword_only = self._left_out_as_kernel_defaults(
+                args, kwargs, inputs, keyword_only
+            )
         return run_kernel(self, inputs, keyword_only)
 
-    def _left_out_as_kernel_defaults(self, args: tuple, kwargs: dict) -> Tuple[tuple, dict]:
-        """The dispatcher's call of a kernel: each argument it left out (equal to the schema's
+    def _left_out_as_kernel_defaults(
+        self, args: tuple, kwargs: dict, inputs: tuple, keyword_only: Dict[str, Any]
+    ) -> Tuple[tuple, dict]:
+        """The dispatcher's call of a kernel (``args``, ``kwargs``; bound with the schema's
+        defaults: ``inputs``, ``keyword_only``): each argument it left out (equal to the schema's
         default) is the kernel's own default, as for torch's Python kernel."""
-        inputs, keyword_only = self._bind(args, kwargs)
         own = self._kernel_defaults
         inputs = (*args, *(own.get(i, v) for i, v in enumerate(inputs) if i >= len(args)))
         keyword_only = {

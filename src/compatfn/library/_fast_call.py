@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import keyword
 from typing import TYPE_CHECKING, Any, Dict, List
 
@@ -239,11 +240,8 @@ def _elided_default_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
                 lines += [f"{indent}    {p.name} = $own_default{i}"]
             indent += "    "
             continue
-        if type(p.default) not in _ELIDABLE_DEFAULTS:
+        if not _elidable(op, p):
             break
-        kind = op._conversions.get(p.name, (None,))[0]  # the argument's exact type
-        if kind is not None and not default_elidable(p.default, kind):
-            break  # See NOTE: [arguments equal to their defaults]
         globals_[f"default{i}"] = p.default
         globals_[f"own_default{i}"] = own
         test = _equal_test(op, p.name, f"$default{i}", globals_)
@@ -259,10 +257,7 @@ def _elided_keyword_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     the dispatcher leaves each out of the kernel's call on its own."""
     lines: List[str] = []
     for p in op._signature.parameters.values():
-        if p.kind is not p.KEYWORD_ONLY or type(p.default) not in _ELIDABLE_DEFAULTS:
-            continue
-        kind = op._conversions.get(p.name, (None,))[0]
-        if kind is not None and not default_elidable(p.default, kind):
+        if p.kind is not p.KEYWORD_ONLY or not _elidable(op, p):
             continue
         own = op._kernel_defaults.get(p.name, p.default)
         globals_[f"default_{p.name}"] = p.default
@@ -270,6 +265,15 @@ def _elided_keyword_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         test = _equal_test(op, p.name, f"$default_{p.name}", globals_)
         lines += [f"if {test}:", f"    {p.name} = $own_default_{p.name}"]
     return lines
+
+
+def _elidable(op: CustomOp, p: inspect.Parameter) -> bool:
+    """Whether an argument of ``p``'s converted type can equal its default as the dispatcher
+    compares them (See NOTE: [arguments equal to their defaults])."""
+    if type(p.default) not in _ELIDABLE_DEFAULTS:
+        return False
+    kind = op._conversions.get(p.name, (None,))[0]  # the argument's exact type
+    return kind is None or default_elidable(p.default, kind)
 
 
 def _equal_test(op: CustomOp, name: str, default: str, globals_: Dict[str, Any]) -> str:

@@ -18,6 +18,7 @@ __all__ = [
     "SCALAR_TYPES",
     "check_given_schema",
     "check_no_keyword_only_tensors",
+    "declared_arguments",
     "infer_schema",
     "returns_only_tensors",
     "schema_arguments",
@@ -291,6 +292,18 @@ def schema_signature(name: str, schema: str, fn: Callable) -> inspect.Signature:
             inspect.Parameter(argument.name, kind, default=default, annotation=annotation)
         )
     return inspect.Signature(parameters, return_annotation=inspect.signature(fn).return_annotation)
+
+
+def declared_arguments(schema: str) -> List[Tuple[str, str]]:
+    """``(type, name)`` of each argument of ``schema``, in order (``*`` left out).
+
+    Example::
+
+        >>> declared_arguments("(Tensor(a0!) x, *, int[] n=[1, 2]) -> Tensor")
+        [('Tensor(a0!)', 'x'), ('int[]', 'n')]
+    """
+    declared = [a.split("=", 1)[0].split() for a in schema_arguments(schema) if a != "*"]
+    return [(parts[0], parts[-1]) for parts in declared]
 
 
 def check_no_keyword_only_tensors(name: str, schema: str, tags: Sequence[Any]) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 import torch
 
 from compatfn.library._facts import HAS_ZERO_TENSOR
-from compatfn.library._infer_schema import schema_arguments
+from compatfn.library._infer_schema import declared_arguments
 from compatfn.library._no_operator import fallback_inputs, resolved
 from compatfn.library._utils import aliases_any, bump_version, dispatch_key, tensors_in
 
@@ -147,16 +147,13 @@ def check_device_argument(op: CustomOp, device_types: Tuple[str, ...]) -> None:
 
 def has_tensor_argument(schema: str) -> bool:
     """Whether ``schema`` has an argument of a tensor type (``Tensor``, ``Tensor?``, lists)."""
-    return any(a.startswith("Tensor") for a in schema_arguments(schema))
+    return any(kind.startswith("Tensor") for kind, _ in declared_arguments(schema))
 
 
 def device_argument_index(schema: str) -> Optional[int]:
     """The position of the ``Device device`` argument (``device: torch.device``), if any."""
-    arguments = [a for a in schema_arguments(schema) if a != "*"]
-    for i, argument in enumerate(arguments):
-        if argument.split("=", 1)[0].split() == ["Device", "device"]:
-            return i
-    return None
+    arguments = declared_arguments(schema)
+    return arguments.index(("Device", "device")) if ("Device", "device") in arguments else None
 
 
 def _meta_kernel_for(op: CustomOp) -> Callable:

@@ -50,7 +50,8 @@ def check_operator_name(qualname: str, given_schema: Optional[str]) -> None:
     ``x-y``, ``if``), a ``default`` overload or a ``schema=`` naming a namespace of its own;
     compatfn's for a Python keyword the parser of an old torch lets through (generated code names
     parameters after it)."""
-    namespace, full_name = qualname.split("::")
+    namespace, name, overload = parse_qualname(qualname)
+    full_name = f"{name}.{overload}" if overload else name
     if given_schema is not None:  # parsed as torch's CustomOpDef parses it
         written = torch._C.parse_schema(full_name + given_schema).name
         if "::" in written:
@@ -63,7 +64,6 @@ def check_operator_name(qualname: str, given_schema: Optional[str]) -> None:
     # The parser reads the name first: its error for a name does not depend on the arguments
     # (which torch 1.12's parser refuses with an empty message for a SymInt default).
     torch._C.parse_schema(qualname + "() -> ()")
-    name, _, overload = full_name.partition(".")
     if overload == "default":
         raise RuntimeError("default is not a legal overload name for aten operators")
     for what, part in (("namespace", namespace), ("name", name), ("overload name", overload)):
