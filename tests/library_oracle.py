@@ -8,10 +8,12 @@ it (``library_oracle_contexts``) and its outcome (``library_oracle_outcome``).
 A *case* is a plain, JSON-able dict (so that a fixed set of cases and the outcomes torch's own op
 gives them can be stored for rows without ``torch.library.custom_op``): ``params`` (name, type,
 default), ``outputs`` (0-3 tensors), ``mutates``, ``kernel`` (what the kernel does), ``autograd``
-/ ``fake`` (which ``register_*`` run), ``schema`` (given explicitly, possibly disagreeing with the
-annotations), ``args`` (how each parameter is passed, and with which value), ``grad`` (the tensor
-inputs that require grad) and ``context`` (what the call runs under). :func:`outcome` runs a case
-on one op maker and returns everything observable, with the namespace normalised.
+/ ``fake`` (which ``register_*`` run; ``autograd`` also what backward returns), ``schema``
+(given explicitly, possibly disagreeing with the annotations), ``args`` (how each parameter is
+passed, and with which value), ``grad`` (the tensor inputs that require grad) and ``context``
+(what the call runs under). :func:`outcome` runs a case on one op maker and returns everything
+observable (``ctx.needs_input_grad`` as setup_context and backward see it included), with the
+namespace normalised.
 
 Regenerate the stored outcomes of torch's own op (read by the rows without it) with
 ``nox -s custom-op-oracle`` (on the torch ``tools/sessions.py`` names), or in an environment

@@ -17,12 +17,14 @@ _TYPE_SOURCE = {
     "Tensor": "torch.Tensor",
     "Optional[Tensor]": "Optional[torch.Tensor]",
     "List[Tensor]": "List[torch.Tensor]",
+    "List[Optional[Tensor]]": "List[Optional[torch.Tensor]]",
     **{k: v[0] for k, v in SCALARS.items()},
 }
 _SCHEMA_TYPE = {
     "Tensor": "Tensor",
     "Optional[Tensor]": "Tensor?",
     "List[Tensor]": "Tensor[]",
+    "List[Optional[Tensor]]": "Tensor?[]",
     "float": "float",
     "int": "int",
     "bool": "bool",
@@ -200,7 +202,7 @@ def build(case: Dict[str, Any], maker: Callable, qualname: str) -> Tuple[Any, Di
     torch's ``custom_op``), and the state its kernel reads and writes."""
     torch.manual_seed(0)
     param = torch.randn(3, requires_grad=True)
-    state: Dict[str, Any] = {"calls": 0, "log": [], "setup": 0, "param": param}
+    state: Dict[str, Any] = {"calls": 0, "log": [], "setup": 0, "param": param, "needs": []}
     state["nonleaf"] = param * 2
     namespace: Dict[str, Any] = {
         "torch": torch,
@@ -269,25 +271,42 @@ def _setup_context(state: Dict[str, Any]) -> Callable:
         ctx: Any, inputs: tuple, output: Any, keyword_only_inputs: Any = None
     ) -> None:
         state["setup"] += 1
+        state["needs"].append(["setup", _flags(ctx.needs_input_grad)])
         ctx.lens = [len(v) if isinstance(v, list) else -1 for v in inputs]
         ctx.nones = [v is None for v in inputs]
 
     return setup_context
 
 
+def _flags(needs_input_grad: Any) -> Any:
+    """``ctx.needs_input_grad`` as JSON (a list input's entries are a list of their own)."""
+    return [_flags(v) if isinstance(v, (list, tuple)) else v for v in needs_input_grad]
+
+
 def _backward(case: Dict[str, Any], state: Dict[str, Any]) -> Callable:
-    kinds = [p["type"] for p in case["params"]]
+    """The registered backward: a gradient for each tensor given, None for anything else; fewer,
+    more or a bare tensor where ``case["autograd"]`` says so (``one_fewer``, ``one_more``,
+    ``single``)."""
+    kinds = [p["type"] for p in case["params"] if not p.get("kw_only")]
+    returns = case["autograd"]
 
     def backward(ctx: Any, *grads: Any) -> Any:
+        state["needs"].append(["backward", _flags(ctx.needs_input_grad)])
         total = sum(g for g in grads if g is not None)
-        result = []
+        result: List[Any] = []
         for kind, n, none in zip(kinds, ctx.lens, ctx.nones):
-            if kind == "List[Tensor]":
+            if kind in ("List[Tensor]", "List[Optional[Tensor]]"):
                 result.append([total * 2] * max(n, 0))
             elif kind in ("Tensor", "Optional[Tensor]") and not none:
                 result.append(total * 2)
             else:
                 result.append(None)
+        if returns == "single":
+            return result[0]
+        if returns == "one_fewer":
+            return tuple(result[:-1])
+        if returns == "one_more":
+            return (*result, total)
         return tuple(result)
 
     return backward

@@ -23,12 +23,14 @@ SCALARS: Dict[str, Tuple[str, List[Any], List[Any]]] = {
     "Optional[float]": ("Optional[float]", [None], [None, 1.25]),
     "List[int]": ("List[int]", [], [[1, 2], (3,), "int_vector"]),
 }
-TENSOR_TYPES = ["Tensor", "Optional[Tensor]", "List[Tensor]"]
+TENSOR_TYPES = ["Tensor", "Optional[Tensor]", "List[Tensor]", "List[Optional[Tensor]]"]
 #: The values drawn for a tensor parameter of each type, some of which torch refuses (``tensor``
-#: for a list; ``none_in_list``: ``[None]``; ``list_tensor``: ``[tensor]`` for ``Tensor?``).
+#: for a list; ``none_in_list``: ``[None]``; ``list_tensor``: ``[tensor]`` for ``Tensor?``;
+#: ``tensor_and_none``: ``[tensor, None]``).
 TENSOR_VALUES = {
     "Optional[Tensor]": ["tensor", None, "tensor", "list_tensor"],
     "List[Tensor]": ["tensors2", "tensors0", "tensors2", "tensor", "none_in_list", "generator"],
+    "List[Optional[Tensor]]": ["tensors2", "tensor_and_none", "tensors0", "none_in_list"],
 }
 #: An explicit ``schema=``: none, the inferred one, one with a float for each int, one with other
 #: defaults than the kernel's own.
@@ -78,6 +80,11 @@ CONTEXTS = [
 SIDE_BY_SIDE_CONTEXTS = ["meta", "fake_mode", "dispatch_mode", "zero_tensors", *TRANSFORMS]
 
 
+#: What the case registers with register_autograd: nothing (False), or a backward returning a
+#: gradient per positional argument (True), one fewer, one more (a tensor), or a bare tensor.
+AUTOGRAD = [False, True, "one_fewer", "one_more", "single"]
+
+
 @st.composite
 def cases(draw: Any, contexts: List[str] = CONTEXTS) -> Dict[str, Any]:
     """A generated case (See ``library_oracle``'s docstring), its context one of ``contexts``."""
@@ -122,7 +129,7 @@ def cases(draw: Any, contexts: List[str] = CONTEXTS) -> Dict[str, Any]:
         "outputs": outputs,
         "mutates": mutates,
         "kernel": kernel,
-        "autograd": not mutates and draw(st.booleans()),
+        "autograd": not mutates and draw(st.sampled_from(AUTOGRAD)),
         "fake": draw(st.booleans()),
         "schema": draw(st.sampled_from(SCHEMAS)),
         "args": args,
@@ -167,16 +174,23 @@ def case(kernel: str = "pure", outputs: int = 1, **fields: Any) -> Dict[str, Any
     return result
 
 
-def _with_scalar(kind: str, default: Any, value: Any, **fields: Any) -> Dict[str, Any]:
+def _with_scalar(
+    kind: str, default: Any, value: Any, how: str = "pos", **fields: Any
+) -> Dict[str, Any]:
+    """A case of ``x`` and a parameter ``a0`` of type ``kind`` (despite the name, any type) given
+    ``value`` (``how``: by position, keyword, or left out)."""
     return case(
         params=[
             {"name": "x", "type": "Tensor", "default": "none"},
             {"name": "a0", "type": kind, "default": default},
         ],
-        args=[{"how": "pos", "value": "tensor"}, {"how": "pos", "value": value}],
+        args=[{"how": "pos", "value": "tensor"}, {"how": how, "value": value}],
         **fields,
     )
 
+
+#: The first parameter of most explicit cases.
+_X = {"name": "x", "type": "Tensor", "default": "none"}
 
 #: Shrunk failures of the generated cases, each kept as an explicit case (name -> case).
 REGRESSIONS: Dict[str, Dict[str, Any]] = {
@@ -282,6 +296,38 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
         ],
         args=[{"how": "pos", "value": "tensor"}, {"how": "kw", "value": -0.0}],
     ),
+    "a list op's backward returning one gradient fewer": _with_scalar(
+        "List[Tensor]", "none", "tensors2", grad=["x"], autograd="one_fewer"
+    ),
+    "a list op's backward returning a bare tensor": _with_scalar(
+        "List[Tensor]", "none", "tensors2", grad=["x"], autograd="single"
+    ),
+    "needs_input_grad of a list holding a None": _with_scalar(
+        "List[Optional[Tensor]]", "none", "tensor_and_none", grad=["x", "a0"], autograd=True
+    ),
+    "needs_input_grad with a default left out": _with_scalar(
+        "int", 2, 3, how="left_out", grad=["x"], autograd=True
+    ),
+    "needs_input_grad with a keyword-only argument": case(
+        params=[_X, {"name": "a0", "type": "float", "default": 1.0, "kw_only": True}],
+        args=[{"how": "pos", "value": "tensor"}, {"how": "kw", "value": 2.0}],
+        grad=["x"],
+        autograd=True,
+    ),
+    "a gradient more than the arguments, a default left out": _with_scalar(
+        "int", 2, 3, how="left_out", grad=["x"], autograd="one_more"
+    ),
+    "a declared mutation under FakeTensorMode, a generator of real tensors": _with_scalar(
+        "List[Tensor]",
+        "none",
+        "generator",
+        kernel="inplace_declared",
+        mutates=["x"],
+        context="fake_mode",
+    ),
+    "a declared mutation of a ZeroTensor and of a tensor requiring grad": _with_scalar(
+        "Tensor", "none", "tensor", mutates=["a0", "x"], grad=["x"], context="zero_tensors"
+    ),
 }
 
 
@@ -314,6 +360,9 @@ TRANSFORM_REGRESSIONS: Dict[str, Dict[str, Any]] = {
     "a numpy scalar in a symbolically traced graph": _with_scalar(
         "float", "none", "np.float64(2.5)", context="symbolic_trace"
     ),
+    "bytes in a symbolically traced graph": _with_scalar(
+        "str", "none", "bytes", context="symbolic_trace"
+    ),
     "a numpy int for a keyword-only default, compiled, a declared mutation": case(
         params=[
             {"name": "x", "type": "Tensor", "default": "none"},
@@ -325,5 +374,14 @@ TRANSFORM_REGRESSIONS: Dict[str, Dict[str, Any]] = {
     ),
     "a declared mutation of a ZeroTensor, an optional tensor after it": _with_scalar(
         "Optional[Tensor]", "none", "tensor", mutates=["x"], context="zero_tensors"
+    ),
+    "a list op's backward returning one gradient fewer, compiled": _with_scalar(
+        "List[Tensor]",
+        "none",
+        "tensors2",
+        grad=["x"],
+        autograd="one_fewer",
+        fake=True,
+        context="compile",
     ),
 }

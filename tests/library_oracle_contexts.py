@@ -34,6 +34,8 @@ def _value(spec: Any, grad: bool) -> Any:
         return []
     if spec == "none_in_list":
         return [None]
+    if spec == "tensor_and_none":
+        return [_value("tensor", grad), None]
     if spec == "list_tensor":
         return [_value("tensor", grad)]
     if spec == "generator":

@@ -76,6 +76,7 @@ def outcome(case: Dict[str, Any], maker: Callable, qualname: str) -> Dict[str, A
     result["calls"] = state["calls"]
     result["setup"] = state["setup"]
     result["log"] = state["log"]
+    result["needs"] = state["needs"]
     result["events"] = events
     versions = [t._version for t in tensors if not _is_inference(t)]
     result["versions"] = [v - s for v, s in zip(versions, start)]

@@ -91,26 +91,67 @@ def test_backward_without_register_autograd_raises_torchs_message(tier):
         out.sum().backward()
 
 
-@pytest.mark.parametrize("tier", [t for t in TIERS if t != "torch"])
-@pytest.mark.parametrize("returned", ["one", "three", "list"])
-def test_backward_with_a_wrong_number_of_gradients_raises_torchs_message(tier, returned):
-    """Counted on the short path too (a plain tensor and a float: the op's fastest call)."""
+#: What torch 2.13's own op does with backward's gradients (``(*result, None)`` checked against
+#: the arguments the dispatcher passed and its metadata), by what backward returns and whether
+#: the call gives ``s`` and ``t`` (True) or leaves them out: the error's text after the node's
+#: name, or the gradient of ``x`` (See NOTE: [needs_input_grad of a custom op]).
+_GRADIENT_COUNTS = {
+    ("one", False): 2.0,
+    ("one", True): "returned an incorrect number of gradients (expected 4, got 2)",
+    ("three", False): 2.0,
+    ("three", True): 2.0,
+    ("four", False): 2.0,
+    ("four", True): 2.0,
+    ("list", False): "expected Variable or None (got list)",
+    ("list", True): "returned an incorrect number of gradients (expected 4, got 2)",
+    ("none_for_s", False): 2.0,
+    ("none_for_s", True): "returned an incorrect number of gradients (expected 4, got 3)",
+    ("grad_for_s", False): "returned a gradient different than None at position 2, but "
+    "the corresponding forward input was not a Variable",
+    ("grad_for_s", True): "returned an incorrect number of gradients (expected 4, got 3)",
+    ("grad_for_metadata", False): "returned an incorrect number of gradients (expected 2, got 4)",
+    ("grad_for_metadata", True): "returned a gradient different than None at position 3, but "
+    "the corresponding forward input was not a Variable",
+    ("grad_for_metadata4", False): "returned an incorrect number of gradients (expected 2, got 5)",
+    ("grad_for_metadata4", True): "returned a gradient different than None at position 4, but "
+    "the corresponding forward input was not a Variable",
+}
 
-    @make(tier, "miscount")
-    def miscount(x: torch.Tensor, s: float) -> torch.Tensor:
-        return x * s
 
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("returned, given", sorted(_GRADIENT_COUNTS))
+def test_backward_gradients_are_checked_as_torch_checks_them(tier, returned, given):
+    """Counted on the short path too (a plain tensor and a float: the op's fastest call); the
+    older tiers give torch 2.13's outcome, the torch tier torch's own op's (side by side)."""
     grads = {
         "one": lambda g: g * 2,
         "three": lambda g: (g * 2, None, None),
+        "four": lambda g: (g * 2, None, None, None),
         "list": lambda g: [g * 2, None],
+        "none_for_s": lambda g: (g * 2, None),
+        "grad_for_s": lambda g: (g * 2, g),
+        "grad_for_metadata": lambda g: (g * 2, None, g),
+        "grad_for_metadata4": lambda g: (g * 2, None, None, g),
     }[returned]
-    miscount.register_autograd(lambda ctx, g: grads(g))
-    x = torch.ones(2, requires_grad=True)
-    got = {"one": 1, "three": 3, "list": 1}[returned]
-    message = rf"miscount returned an incorrect number of gradients \(expected 2, got {got}\)"
-    with pytest.raises(RuntimeError, match=message):
-        torch.autograd.grad(miscount(x, 2.0).sum(), x)
+    source = "def miscount(x: torch.Tensor, s: float = 2.0, t: int = 1) -> torch.Tensor:\n"
+    source += "    return x * s * t\n"
+    namespace = {"torch": torch}  # real annotations: torch 2.4 reads no string ones
+    exec(compile(source, "<miscount>", "exec", dont_inherit=True), namespace)
+    outcomes = []
+    for decorator in side_by_side(tier, "miscount"):
+        miscount = decorator(namespace["miscount"])
+        miscount.register_autograd(lambda ctx, g: grads(g))
+        x = torch.ones(2, requires_grad=True)
+        try:
+            y = miscount(x, 2.0, 3) if given else miscount(x)
+            outcomes.append(torch.autograd.grad(y.sum(), x)[0][0].item())
+        except RuntimeError as error:
+            node = r"^function GeneratedBackwardFor_\w+_miscount_defaultBackward "
+            outcomes.append(re.sub(r"cft_\w+?\.", "", re.sub(node, "", str(error))))
+    if tier != "torch":
+        assert outcomes == [_GRADIENT_COUNTS[returned, given]]
+    else:
+        assert outcomes[0] == outcomes[1]
 
 
 @pytest.mark.parametrize("tier", TIERS)
@@ -724,11 +765,16 @@ def _schema_calls(decorate: Callable) -> List[str]:
         seen.append(repr(n))
         return x * 1
 
+    def lacking(x, n):
+        seen.append(repr(n))
+        return x * 1
+
     schema = "(Tensor x, int n=4, float f=0.5, str s='q', ScalarType? dt=None, int[] ints=[1,2])"
     ops = [
         decorate("defaults", schema + " -> Tensor")(defaults),
         decorate("renamed", "(Tensor x, int n) -> Tensor")(renamed),
         decorate("required", "(Tensor x, int n) -> Tensor")(required),
+        decorate("lacking", "(Tensor x, int n=4) -> Tensor")(lacking),
     ]
     x = torch.ones(1)
     calls = [
@@ -739,12 +785,17 @@ def _schema_calls(decorate: Callable) -> List[str]:
         lambda: ops[0](x, 4, 0.5, "q", None, [3]),
         lambda: ops[1](x, n=3),
         lambda: ops[2](x),
+        lambda: ops[3](x),
+        lambda: ops[3](x, 2),
+        lambda: ops[3](x.requires_grad_()),
     ]
     for call in calls:
         try:
             call()
         except RuntimeError as e:
             seen.append(re.sub(r"cft_\w+::", "NS::", str(e).split("\n")[0]))
+        except TypeError as e:  # Python's, for the kernel's call: named by its __qualname__
+            seen.append(str(e).split("<locals>.")[-1])
     return seen
 
 
@@ -759,6 +810,9 @@ SCHEMA_CALLS = [
     "3",
     "NS::required() is missing value for argument 'n'. Declaration: NS::required(Tensor x, int n) "
     "-> Tensor",
+    "lacking() missing 1 required positional argument: 'n'",
+    "2",
+    "lacking() missing 1 required positional argument: 'n'",
 ]
 
 
@@ -766,7 +820,8 @@ SCHEMA_CALLS = [
 def test_an_explicit_schema_binds_calls_and_leaves_out_its_defaults(tier):
     """compatfn before: calls bound by the kernel's signature (its defaults, its names), so the
     kernel got ``n=4`` where torch's gets its own ``n=1``, ``n=3`` was refused, and ``required(x)``
-    ran with the kernel's default."""
+    ran with the kernel's default; a kernel without the schema's default got the schema's
+    (torch's kernel call leaves the argument out: Python's TypeError)."""
 
     def decorate_with(maker: Callable, prefix: str) -> Callable:
         def decorate(name: str, schema: str) -> Callable:

@@ -3,19 +3,22 @@ formula, and the legacy-form Function of the generated call's short path."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 import torch
 
 from compatfn.core import function
-from compatfn.library._facts import is_alias_of, storage_id
+from compatfn.library._facts import NEEDS_INPUT_GRAD_WRITABLE, is_alias_of, storage_id
 from compatfn.library._generated import generated_function
-from compatfn.library._kernels import checked_output, run_kernel
+from compatfn.library._gradients import structured_gradients, torch_checked_gradients
+from compatfn.library._kernels import checked_output, kernel_inputs, run_kernel
 from compatfn.library._registration import below_autograd
 from compatfn.library._utils import (
     Definition,
     below_autograd_lines,
     distinct_storage_source,
+    elidable_tail,
+    flatten,
     legacy_function_class,
     unflatten,
 )
@@ -23,7 +26,30 @@ from compatfn.library._utils import (
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
 
-__all__ = ["Call", "autograd_function", "simple_function", "user_backward"]
+__all__ = [
+    "Call",
+    "apply_autograd",
+    "autograd_function",
+    "simple_functions",
+    "user_backward",
+]
+
+
+# NOTE: [needs_input_grad of a custom op]
+# torch's custom_op (2.4-2.13, the oracle of the older tiers) applies its autograd.Function to the
+# positional arguments the dispatcher passed (trailing ones equal to their defaults left out;
+# keyword-only ones apart) and a metadata object; an op with a tensor-list argument or return
+# gets those arguments pytree-flattened, its metadata and a second metadata object. So in
+# setup_context ``ctx.needs_input_grad`` has one entry per argument passed, then one False (two
+# for a tensor-list op); torch assigns it without them for backward (each list an entry of its
+# own, a list of bools). backward's result gets a None for the metadata (``(*result, None)``) and
+# autograd checks that against the Function's inputs, naming its node in the error.
+# compatfn's Functions take the same inputs: the dispatched arguments, then the ``Call`` (where
+# the op has keyword-only or tensor-list arguments) or a None, and a None more for a tensor-list
+# op. Where Python cannot assign needs_input_grad (NEEDS_INPUT_GRAD_WRITABLE False: torch <= 2.1),
+# an op that needs no ``Call`` takes no metadata input: backward sees torch's needs_input_grad,
+# setup_context one entry fewer than torch's, and ``torch_checked_gradients`` checks the
+# gradients against torch's inputs as autograd would.
 
 
 class Call:
@@ -39,48 +65,94 @@ class Call:
         return f"Call(layout={self.layout!r}, keyword_only={self.keyword_only!r})"
 
 
+def metadata_inputs(op: CustomOp) -> int:
+    """How many inputs follow the dispatched arguments in a call of ``op``'s autograd Function
+    (See NOTE: [needs_input_grad of a custom op])."""
+    if has_tensor_lists(op):
+        return 2
+    return 1 if NEEDS_INPUT_GRAD_WRITABLE or op._keyword_only else 0
+
+
+def has_tensor_lists(op: CustomOp) -> bool:
+    """Whether torch wraps the op's autograd Function for tensor lists (a ``Tensor[]`` or
+    ``Tensor?[]`` argument or return)."""
+    return "Tensor[]" in op._schema or "Tensor?[]" in op._schema
+
+
+def apply_autograd(
+    fn: Any, op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any], count: int
+) -> Any:
+    """``fn`` (an ``autograd_function`` of ``op``) applied to the first ``count`` of ``inputs``
+    (the arguments the dispatcher passes) and its metadata inputs."""
+    extra = metadata_inputs(op)
+    flat, layout = flatten(inputs[:count])
+    if extra == 2:
+        return fn.apply(*flat, Call(layout, keyword_only), None)
+    if op._keyword_only:
+        return fn.apply(*flat, Call(layout, keyword_only))
+    return fn.apply(*flat, None) if extra else fn.apply(*flat)
+
+
 def autograd_function(op: CustomOp, dispatched: bool) -> Any:
-    """The ``compatfn.function`` that gives ``op`` its registered autograd formula.
+    """The ``compatfn.function`` that gives ``op`` its registered autograd formula, applied by
+    ``apply_autograd``.
 
     ``dispatched``: forward redispatches to the operator below autograd (the ``Autograd`` kernel
     of a registered op); else it runs the kernel directly (eager calls of the op object).
     """
+    extra = metadata_inputs(op)
+    with_call = extra == 2 or bool(op._keyword_only)
+    schema_defaults = positional_defaults(op)
 
-    def run(call: Call, flat: tuple) -> Any:
-        inputs = unflatten(flat, call.layout)
+    def split(flat: tuple) -> Tuple[tuple, List[int], Dict[str, Any]]:
+        """The dispatched arguments, their layout and the keyword-only arguments."""
+        args = flat[: len(flat) - extra]
+        if not with_call:
+            return args, [-1] * len(args), {}
+        call = flat[len(flat) - extra]
+        return unflatten(args, call.layout), call.layout, call.keyword_only
+
+    def forward(*flat: Any) -> Any:
+        args, _, keyword_only = split(flat)
         if not dispatched:  # below autograd, as torch's Autograd kernel runs it
-            out = below_autograd(run_kernel, (op, inputs, call.keyword_only), {})
+            inputs = kernel_inputs(op, (*args, *schema_defaults[len(args) :]), len(args))
+            out = below_autograd(run_kernel, (op, inputs, keyword_only), {})
         else:
-            out = below_autograd(op._opoverload, inputs, call.keyword_only)
+            out = below_autograd(op._opoverload, args, keyword_only)
         return tuple(out) if op._returns_list else out  # autograd tracks tuples, not lists
 
-    def forward(call: Call, *flat: Any) -> Any:
-        return run(call, flat)
-
     def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
-        call = inputs[0]
-        ctx._input_layout = call.layout  # for regrad: a list input's None is one None per tensor
+        args, layout, keyword_only = split(inputs)
+        ctx._input_layout = layout  # for backward: which arguments are lists, of how many
+        if not extra:  # for torch_checked_gradients: an optional tensor left None too
+            ctx._non_tensors = frozenset(
+                i for i, v in enumerate(args) if not isinstance(v, torch.Tensor)
+            )
         if op._setup_context is None:
             return
-        args = unflatten(inputs[1:], call.layout)
+        args = (*args, *schema_defaults[len(args) :])  # torch fills them in (fill_defaults)
         output = list(output) if op._returns_list else output
         kwargs = {"ctx": ctx, "inputs": args, "output": output}
         if op._keyword_only:
-            kwargs["keyword_only_inputs"] = call.keyword_only
+            kwargs["keyword_only_inputs"] = keyword_only
         below_autograd(op._setup_context, (), kwargs)  # as torch's Autograd kernel runs it
 
     # See Definition: a graph keeps the formula of the definition that recorded it.
     definition: Any = Definition(op)
+    name = node_class_name(op)
+    non_tensors = non_tensor_positions(op)
 
     def backward(ctx: Any, *grads: Any) -> Any:
         grads = (list(grads),) if definition._returns_list else grads
-        result = user_backward(definition, ctx, grads)
-        result = result if isinstance(result, tuple) else (result,)
-        return (None, *regrad(result, ctx._input_layout))
+        layout = ctx._input_layout
+        result = stripped_backward(definition, ctx, grads, layout, extra)
+        if extra == 2:  # torch checks a tensor-list op's gradients by their structure
+            return structured_gradients(result, layout)
+        static = getattr(ctx, "_non_tensors", None) or non_tensors
+        return torch_checked_gradients(name, result, len(layout), static, extra)
 
     # Named at creation: torch names the class's autograd node (``<name>Backward``) then, so the
     # node is named as the short path's (``simple_function``) whichever path a call takes.
-    name = node_class_name(op)
     namespace: Dict[str, Any] = {
         "forward": staticmethod(forward),
         "setup_context": staticmethod(setup_context),
@@ -91,37 +163,57 @@ def autograd_function(op: CustomOp, dispatched: bool) -> Any:
     return function(type(name, (torch.autograd.Function,), namespace))
 
 
+def positional_defaults(op: CustomOp) -> tuple:
+    """The schema's defaults of ``op``'s positional parameters (setup_context gets them for
+    arguments the dispatcher left out); ``inspect.Parameter.empty`` for a required one."""
+    params = op._signature.parameters.values()
+    return tuple(p.default for p in params if p.kind is not p.KEYWORD_ONLY)
+
+
+def non_tensor_positions(op: CustomOp) -> frozenset:
+    """Positions of ``op``'s positional parameters that never take a tensor."""
+    tensors = {name for _, name in op._tensor_params}
+    return frozenset(i for i, name in enumerate(op._positional) if name not in tensors)
+
+
+def stripped_backward(op: CustomOp, ctx: Any, grads: tuple, layout: List[int], extra: int) -> Any:
+    """The registered backward, ``ctx.needs_input_grad`` without the metadata's entries while it
+    runs, each list's entries in a list, where Python can assign it (See NOTE: [needs_input_grad
+    of a custom op])."""
+    if not (NEEDS_INPUT_GRAD_WRITABLE and extra):
+        return user_backward(op, ctx, grads)
+    seen = ctx.needs_input_grad
+    flags = seen[: len(seen) - extra]
+    ctx.needs_input_grad = unflatten(flags, layout) if extra == 2 else flags
+    try:
+        return user_backward(op, ctx, grads)
+    finally:
+        ctx.needs_input_grad = seen
+
+
 def user_backward(op: CustomOp, ctx: Any, grads: tuple) -> Any:
-    """Run the registered backward; torch's errors when there is none or it miscounts."""
+    """Run the registered backward; torch's error when there is none."""
     if op._backward is None:
         raise RuntimeError(
             f"Trying to backward through {op._namespace}.{op._name}.default but no "
             "autograd formula was registered. Please use register_autograd to add one."
         )
-    return counted_gradients(op, op._backward(ctx, *grads))
+    return op._backward(ctx, *grads)
 
 
-def counted_gradients(op: CustomOp, result: Any) -> Any:
-    """``result``, the registered backward's; torch's error unless it has one gradient per
-    forward input."""
-    got = len(result) if isinstance(result, tuple) else 1
-    expected = len(op._positional)
-    if got != expected:
-        raise RuntimeError(
-            f"The backward formula for {op._qualname} returned an incorrect number of "
-            f"gradients (expected {expected}, got {got}). Expected one gradient for each "
-            "forward input. Use None for inputs that do not require a gradient."
+def simple_functions(op: CustomOp) -> Dict[int, Any]:
+    """The autograd Functions of the short path by how many arguments the dispatcher passes
+    (trailing ones equal to their defaults left out, See NOTE: [needs_input_grad of a custom
+    op]), written as a hand-written one would be: a legacy ``forward(ctx, <those parameters>)``
+    that runs the kernel and the registered setup_context (if any), and the registered backward
+    (torch's checks on its gradients)."""
+    name = node_class_name(op)
+    return {
+        count: legacy_function_class(
+            name, _legacy_kernel_forward(op, count), _short_path_backward(op, count), __name__
         )
-    return result
-
-
-def simple_function(op: CustomOp) -> Any:
-    """The autograd Function of the short path, written as a hand-written one would be: a legacy
-    ``forward(ctx, <the op's parameters>)`` that runs the kernel and the registered
-    setup_context (if any), and the registered backward (torch's checks on its gradients)."""
-
-    forward = _legacy_kernel_forward(op)
-    return legacy_function_class(node_class_name(op), forward, _short_path_backward(op), __name__)
+        for count in range(elidable_tail(op), len(op._positional) + 1)
+    }
 
 
 def node_class_name(op: CustomOp) -> str:
@@ -130,37 +222,77 @@ def node_class_name(op: CustomOp) -> str:
     return f"GeneratedBackwardFor_{op._namespace}_{op._name}_{op._overload or 'default'}"
 
 
-def _short_path_backward(op: CustomOp) -> Any:
-    """``backward(ctx, *grads)`` of the short path's Function: ``user_backward`` with its count
-    of the gradients skipped when they are a tuple of one per input."""
+def _short_path_backward(op: CustomOp, count: int) -> Any:
+    """``backward(ctx, *grads)`` of the short path's Function for calls passing ``count``
+    arguments: the registered backward, its gradients checked as torch's (See NOTE:
+    [needs_input_grad of a custom op])."""
 
     definition: Any = Definition(op)  # a graph keeps the formula of its definition
+    name = node_class_name(op)
+    static = non_tensor_positions(op)
+    extra = metadata_inputs(op)
+    every = len(op._positional)
 
-    def backward(ctx: Any, *grads: Any) -> Any:
-        user = definition._backward  # at backward time, as user_backward
+    def usual(result: Any) -> Any:
+        """The gradients of the arguments passed where ``result`` is one per argument passed or
+        per parameter (None for those left out), else None."""
+        if type(result) is tuple:
+            if len(result) == count:
+                return result
+            if len(result) == every:
+                for g in result[count:]:
+                    if g is not None:
+                        return None
+                return result[:count]
+        return None
+
+    def backward(ctx: Any, *grads: Any) -> Any:  # a metadata input: its entry stripped
+        user = definition._backward  # read at backward time, as user_backward
+        if user is None:
+            return user_backward(definition, ctx, grads)
+        seen = ctx.needs_input_grad
+        ctx.needs_input_grad = seen[:-1]
+        try:
+            result = user(ctx, *grads)
+        finally:
+            ctx.needs_input_grad = seen
+        passed = usual(result)
+        if passed is not None:
+            return (*passed, None)
+        return torch_checked_gradients(name, result, count, static, extra)
+
+    def backward_without_metadata(ctx: Any, *grads: Any) -> Any:
+        user = definition._backward  # read at backward time, as user_backward
         if user is None:
             return user_backward(definition, ctx, grads)
         result = user(ctx, *grads)
-        if type(result) is tuple and len(result) == len(definition._positional):
-            return result
-        return counted_gradients(definition, result)
+        passed = usual(result)
+        if passed is not None:
+            return passed
+        return torch_checked_gradients(name, result, count, static, extra)
 
-    return backward
+    return backward if extra else backward_without_metadata
 
 
-def _legacy_kernel_forward(op: CustomOp) -> Any:
-    """``forward(ctx, <the op's parameters>)``: the default kernel, then the registered
-    setup_context (where there is one), generated with the op's own parameter names (See NOTE:
-    [generated code] in core)."""
+def _legacy_kernel_forward(op: CustomOp, count: int) -> Any:
+    """``forward(ctx, <the first count parameters>[, metadata])``: the default kernel with them,
+    then the registered setup_context (where there is one) with the schema's defaults for the
+    others, generated with the op's own parameter names (See NOTE: [generated code] in core)."""
     params = list(op._signature.parameters)
-    inputs = "(" + ", ".join(params) + ("," if len(params) == 1 else "") + ")"
-    call = ", ".join(params)
+    passed = params[:count]
     globals_: Dict[str, Any] = {
         "kernel": op._kernels[None],
         "setup_context": op._setup_context,
         "ctx": None,
         "output": None,
     }
+    schema_defaults = positional_defaults(op)
+    left_out = []
+    for i in range(count, len(params)):
+        globals_[f"default{i}"] = schema_defaults[i]
+        left_out.append(f"$default{i}")
+    filled = [*passed, *left_out]
+    inputs = "(" + ", ".join(filled) + ("," if len(filled) == 1 else "") + ")"
     # The kernel, torch's aliasing rule and its conversion of the output (as torch's backend
     # kernel checks it), then setup_context: all below autograd, as torch's Autograd kernel.
     tensors = [n for _, n in op._tensor_params]
@@ -176,40 +308,22 @@ def _legacy_kernel_forward(op: CustomOp) -> Any:
         checked_output=checked_output,
     )
     body = [
-        f"$output = $kernel({call})",
+        f"$output = $kernel({', '.join(passed)})",
         f"if not ($type($output) is $Tensor and {distinct}):",
         f"    $output = $checked_output($op, {inputs}, $output)",
     ]
     if op._setup_context is not None:
         body.append(f"$setup_context($ctx, {inputs}, $output)")
-    lines = [f"def $function($ctx, {call}):"]
+    header = ["$ctx", *passed] + (["$metadata"] if metadata_inputs(op) else [])
+    globals_["metadata"] = None
+    lines = [f"def $function({', '.join(header)}):"]
     lines += [f"    {line}" for line in below_autograd_lines(body, globals_)]
     lines.append("    return $output")
     return generated_function(
         "".join(line + "\n" for line in lines),
         globals_,
         set(params),
-        f"<legacy forward of custom op {op._qualname}>",
+        f"<legacy forward of custom op {op._qualname}"
+        + ("" if count == len(params) else f", {count} arguments")
+        + ">",
     )
-
-
-def regrad(result: tuple, layout: List[int]) -> List[Any]:
-    """Per-input gradients flattened like the inputs (``layout`` from ``flatten``: the length of
-    each spliced list of tensors, -1 for an input kept as is, an empty list included); a spliced
-    list gets a list of gradients, or None for all of its tensors.
-
-    Example::
-
-        >>> regrad((g, None, [h], []), [-1, 2, 1, -1])
-        [g, None, None, h, None]
-    """
-    flat: List[Any] = []
-    for i, g in enumerate(result):
-        n = layout[i] if i < len(layout) else -1
-        if n >= 0:
-            flat.extend([None] * n if g is None else g)
-        elif isinstance(g, (list, tuple)) and not g:
-            flat.append(None)  # an empty list input is one input, kept as is
-        else:
-            flat.append(g)
-    return flat

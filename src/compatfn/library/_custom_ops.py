@@ -21,7 +21,7 @@ import torch
 from compatfn.core import _dynamo_tracing as dynamo_tracing
 from compatfn.library import _registration
 from compatfn.library._autocast import autocast_dtype, call_autocast
-from compatfn.library._autograd import Call, autograd_function
+from compatfn.library._autograd import apply_autograd, autograd_function
 from compatfn.library._call_errors import check_tensor_arguments
 from compatfn.library._convert import any_left_out, conversions, given_by_position, wrong_call
 from compatfn.library._facts import (
@@ -48,6 +48,7 @@ from compatfn.library._kernels import (
     device_argument_index,
     has_tensor_argument,
     is_inference,
+    kernel_inputs,
     kernel_switched,
     run_kernel,
     tensor_return_count,
@@ -65,7 +66,7 @@ from compatfn.library._utils import (
     detached,
     device_types_tuple,
     dispatch_key,
-    flatten,
+    elidable_tail,
     parse_qualname,
     tensors_in,
 )
@@ -145,8 +146,8 @@ class CustomOp:
             self.__name__ = self.__qualname__ = self._name
             self.__module__ = getattr(fn, "__module__", __name__)
         self.__wrapped__ = fn
-        self._eager_fn = autograd_function(self, dispatched=False)
         self._tensor_params, self._only_tensors_and_scalars = tensor_parameters(fn, params)
+        self._eager_fn = autograd_function(self, dispatched=False)
         self._library: Any = None
         self._opoverload: Any = None
         self._registered_keys: set = set()
@@ -180,16 +181,21 @@ class CustomOp:
         """Run the operator. Each op made by ``custom_op`` replaces this with a call that has
         the op's own signature (See NOTE: [the op's call])."""
         inputs, keyword_only = self._bind(args, kwargs)
-        return self._general_call(inputs, keyword_only, args, kwargs)
+        return self._general_call(inputs, keyword_only, args, kwargs, len(inputs))
 
     def _general_call(
-        self, inputs: tuple, keyword_only: Dict[str, Any], given: tuple, written: Dict[str, Any]
+        self,
+        inputs: tuple,
+        keyword_only: Dict[str, Any],
+        given: tuple,
+        written: Dict[str, Any],
+        count: int,
     ) -> Any:
         """Every call the short path does not take: through the dispatcher where something needs
         it (tracing, modes, transforms, tensor subclasses), as the caller wrote it (``given``:
         the values given by position, ``MISSING`` after the last; ``written``: the keywords),
-        else the kernels through autograd; torch's error for a required tensor left out (See
-        NOTE: [the op's call])."""
+        else the kernels through autograd (``count``: how many arguments the dispatcher passes);
+        torch's error for a required tensor left out (See NOTE: [the op's call])."""
         if any_left_out(inputs) or any_left_out(keyword_only.values()):
             return wrong_call(self, given, (), written)
         if self._opoverload is not None:
@@ -199,9 +205,9 @@ class CustomOp:
                 positional, keywords = self._as_written(inputs, keyword_only, given, written)
                 return self._opoverload(*positional, **keywords)
             check_tensor_arguments(self, inputs, keyword_only)
-            return self._apply(inputs, keyword_only, self._eager_fn)
+            return self._apply(inputs, keyword_only, self._eager_fn, count)
         check_tensor_arguments(self, inputs, keyword_only)
-        return call_without_operator(self, inputs, keyword_only)
+        return call_without_operator(self, inputs, keyword_only, count)
 
     def _refused(self, error: RuntimeError, given: tuple, args: tuple, kwargs: Any) -> Any:
         """A call with an argument the conversions refuse (``error``, torch 2.13's): through the
@@ -235,6 +241,12 @@ class CustomOp:
             and self._kernels[None] is self.__wrapped__  # its signature is the op's
             and self._only_tensors_and_scalars
             and returns_only_tensors(self._schema)
+            # a parameter the call can leave out has a default in the kernel (else Python's
+            # error, as for torch's kernel: the general path calls it so)
+            and all(
+                i in self._kernel_defaults
+                for i in range(elidable_tail(self), len(self._positional))
+            )
         )
 
     def _regenerate_call(self) -> None:
@@ -269,7 +281,9 @@ class CustomOp:
             {n: values[n] for n in self._keyword_only},
         )
 
-    def _apply(self, inputs: tuple, keyword_only: Dict[str, Any], fn: Any) -> Any:
+    def _apply(self, inputs: tuple, keyword_only: Dict[str, Any], fn: Any, count: int) -> Any:
+        """A call through ``fn`` where autograd records it (``count``: how many of ``inputs``
+        the dispatcher passes), else the kernels below autograd."""
         autocast = autocast_dtype(self._autocast)
         if autocast is not None:
             return call_autocast(self, inputs, keyword_only, autocast)
@@ -282,13 +296,13 @@ class CustomOp:
         ):  # See NOTE: [tracing without a dispatcher]
             if fn is not self._eager_fn and transforms_active():
                 refuse_transforms(self)
-            flat, layout = flatten(inputs)
-            output = fn.apply(Call(layout, keyword_only), *flat)
+            output = apply_autograd(fn, self, inputs, keyword_only, count)
             if fn is self._eager_fn:  # what torch's Autograd kernel returns
                 output = as_autograd_returned(self._tensor_returns, output)
             return list(output) if self._returns_list else output
         if fn is not self._eager_fn:  # torch's Autograd kernel called this
             return _registration.below_autograd(self._opoverload, inputs, keyword_only)
+        inputs = kernel_inputs(self, inputs, count)
         inference = bool(tensors) and all(is_inference(t) for t in tensors)
         if excluded or inference:
             output = run_kernel(self, inputs, keyword_only)
@@ -337,7 +351,7 @@ class CustomOp:
         defaults: ``inputs``, ``keyword_only``): each argument it left out (equal to the schema's
         default) is the kernel's own default, as for torch's Python kernel."""
         own = self._kernel_defaults
-        inputs = (*args, *(own.get(i, v) for i, v in enumerate(inputs) if i >= len(args)))
+        inputs = kernel_inputs(self, inputs, len(args))
         keyword_only = {
             k: kwargs[k] if k in kwargs else own.get(k, v) for k, v in keyword_only.items()
         }
@@ -350,7 +364,7 @@ class CustomOp:
 
     def _autograd_kernel(self, *args: Any, **kwargs: Any) -> Any:
         inputs, keyword_only = self._bind(args, kwargs)
-        return self._apply(inputs, keyword_only, self._dispatched_fn)
+        return self._apply(inputs, keyword_only, self._dispatched_fn, len(args))
 
     # ---------------------------------------------------------------- registration
 

@@ -38,6 +38,7 @@ __all__ = [
     "HAS_TORCH_CUSTOM_OP",
     "HAS_TORCH_OPCHECK",
     "HAS_ZERO_TENSOR",
+    "NEEDS_INPUT_GRAD_WRITABLE",
     "RESERVED_NAMESPACES",
     "TIER",
     "TORCH_CUSTOM_OP_TAKES_TAGS",
@@ -343,6 +344,25 @@ BELOW_AUTOGRAD_GUARDS: List[Any] = []
 #: torch's C-level ``Function.apply``: no binding, no transform checks (the caller has done them).
 #: core's, under the name this package reads.
 C_APPLY = _CORE_C_APPLY
+
+
+def _needs_input_grad_writable() -> bool:
+    """Whether Python can assign ``ctx.needs_input_grad`` (measured: 2.4+ take it; 1.8-2.1
+    refuse it, "attribute 'needs_input_grad' of 'torch._C._FunctionBase' objects is not
+    writable")."""
+    base = getattr(torch._C, "_FunctionBase", None)
+    try:
+        base().needs_input_grad = (True,)  # type: ignore[misc]
+    except Exception:  # a torch without the class, or one that refuses it
+        return False
+    return True
+
+
+#: See NOTE: [needs_input_grad of a custom op]: torch's custom_op strips its metadata's entry
+#: from ``ctx.needs_input_grad`` for backward by assigning it; compatfn's tiers do the same where
+#: torch lets Python assign it.
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/_library/autograd.py
+NEEDS_INPUT_GRAD_WRITABLE = _needs_input_grad_writable()
 
 #: How many dispatch modes are active (``_len_torch_dispatch_stack``, torch >= 2.0; a single
 #: mode before).

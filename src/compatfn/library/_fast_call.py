@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import keyword
 from typing import TYPE_CHECKING, Any, Dict, List
 
@@ -10,7 +9,7 @@ import torch
 
 from compatfn.core import _HAS_IS_COMPILING as HAS_DYNAMO
 from compatfn.core import _dynamo_tracing as dynamo_tracing
-from compatfn.library._autograd import simple_function
+from compatfn.library._autograd import metadata_inputs, simple_functions
 from compatfn.library._convert import (
     MISSING,
     keyword_lines,
@@ -39,6 +38,8 @@ from compatfn.library._utils import (
     default_elidable,
     detached,
     distinct_storage_source,
+    elidable,
+    elidable_tail,
     fallback_source,
 )
 
@@ -87,7 +88,6 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     inputs = "(" + ", ".join(positional) + ("," if len(positional) == 1 else "") + ")"
     # The short path has every argument, plain tensors and no tracing or transforms, so
     # torch's C-level apply runs the class without compatfn's binding and checks.
-    globals_["apply"] = C_APPLY.__get__(None, simple_function(op))
     globals_["kernel"] = op._kernels.get(None)
     globals_["detached"] = detached
     globals_["checked_output"] = checked_output
@@ -116,7 +116,7 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     if op._opoverload is None:
         through_autograd = f"({through_autograd}) or $is_tracing()"
     call = f"$out = $kernel({', '.join(positional)})"
-    apply = f"$out = $apply({', '.join(positional)})"
+    apply = _apply_lines(op, globals_)
     checked = f"$checked_output($self, {inputs}, $out)"
     # Two or more outputs: each branch returns what torch's kernels make of the kernel's output
     # (the backend's conversion; then the Autograd kernel's where that runs).
@@ -131,14 +131,14 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         below = [f"    {line}" for line in below_autograd_lines(call, globals_)]
         if count >= 2:
             short += ["if $excluded():", f"    {call}", f"    return {checked}"]
-            short += [f"elif {through_autograd}:", f"    {apply}"]
+            short += [f"elif {through_autograd}:", *apply]
             short += [f"    return {again.format('$out')}", f"elif {inference}:"]
             short += [f"    {call}", f"    return {checked}", "else:", *below]
             short += [f"    return {again.format(checked)}"]
             return [f"if {' and '.join(plain) or 'True'}:"] + [f"    {line}" for line in short]
         # forward checked the output already (checked_output): handed on as apply returns it.
         # See NOTE: [the guard where autograd is excluded]
-        short += [f"if ({through_autograd}) and not $excluded():", f"    {apply}"]
+        short += [f"if ({through_autograd}) and not $excluded():", *apply]
         short += ["    return $out", f"elif {inference}:", f"    {call}", "else:", *below]
     else:  # torch 1.8 to 1.12: no guard; a graph the kernel recorded is dropped
         branch = "if"
@@ -147,7 +147,7 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
             if count >= 2:
                 short += [f"    return {checked}"]
             branch = "elif"
-        short += [f"{branch} {through_autograd}:", f"    {apply}"]
+        short += [f"{branch} {through_autograd}:", *apply]
         short += [f"    return {again.format('$out')}" if count >= 2 else "    return $out"]
         short += [
             "else:",
@@ -163,6 +163,25 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         f"return {checked}",
     ]
     return [f"if {' and '.join(plain) or 'True'}:"] + [f"    {line}" for line in short]
+
+
+def _apply_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
+    """Lines (indented once) applying the short path's Function for the arguments the
+    dispatcher passes (``$n`` of them where trailing defaults can be left out; See NOTE:
+    [needs_input_grad of a custom op]) with torch's C-level apply: the short path has every
+    argument, plain tensors and no tracing or transforms, so it runs the class without
+    compatfn's binding and checks."""
+    functions = simple_functions(op)
+    metadata = ", None" if metadata_inputs(op) else ""
+    lines = []
+    for i, count in enumerate(sorted(functions, reverse=True)):
+        globals_[f"apply{count}"] = C_APPLY.__get__(None, functions[count])
+        call = f"$out = $apply{count}({', '.join(op._positional[:count])}{metadata})"
+        if len(functions) == 1:
+            return [f"    {call}"]
+        test = "else:" if count == min(functions) else f"{'elif' if i else 'if'} $n == {count}:"
+        lines += [f"    {test}", f"        {call}"]
+    return lines
 
 
 def _argument_lines(op: CustomOp, given: str, globals_: Dict[str, Any]) -> List[str]:
@@ -224,31 +243,27 @@ def _argument_lines(op: CustomOp, given: str, globals_: Dict[str, Any]) -> List[
 
 def _elided_default_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     """Trailing positional arguments equal to their defaults replaced by the kernel's own
-    defaults, from the last one back: the dispatcher leaves them out of the kernel's call, so
-    ``-0.0`` for a ``0.0`` default reaches the kernel as ``0.0``, and a kernel whose defaults an
-    explicit ``schema=`` overrides gets its own."""
+    defaults, from the last one back, and ``$n`` set to how many the dispatcher passes: it
+    leaves them out of the kernel's call, so ``-0.0`` for a ``0.0`` default reaches the kernel as
+    ``0.0``, and a kernel whose defaults an explicit ``schema=`` overrides gets its own (See NOTE:
+    [needs_input_grad of a custom op] for the count)."""
     params = [p for p in op._signature.parameters.values() if p.kind is not p.KEYWORD_ONLY]
-    lines: List[str] = []
+    tail = elidable_tail(op)
+    lines: List[str] = [f"$n = {len(params)}"] if tail < len(params) else []
     indent = ""
-    for i in reversed(range(len(params))):
+    for i in reversed(range(tail, len(params))):
         p = params[i]
         own = op._kernel_defaults.get(i, p.default)
         if p.default is None:  # a None stays None, unless the kernel's own default differs
-            lines += [f"{indent}if {p.name} is None:"]
-            if own is not None:
-                globals_[f"own_default{i}"] = own
-                lines += [f"{indent}    {p.name} = $own_default{i}"]
-            indent += "    "
-            continue
-        if not _elidable(op, p):
-            break
-        globals_[f"default{i}"] = p.default
-        globals_[f"own_default{i}"] = own
-        test = _equal_test(op, p.name, f"$default{i}", globals_)
-        lines += [f"{indent}if {test}:", f"{indent}    {p.name} = $own_default{i}"]
+            test = f"{p.name} is None"
+        else:
+            globals_[f"default{i}"] = p.default
+            test = _equal_test(op, p.name, f"$default{i}", globals_)
+        lines += [f"{indent}if {test}:", f"{indent}    $n = {i}"]
+        if p.default is not None or own is not None:
+            globals_[f"own_default{i}"] = own
+            lines += [f"{indent}    {p.name} = $own_default{i}"]
         indent += "    "
-    while lines and lines[-1].strip().endswith("is None:"):  # no statement under it
-        lines.pop()
     return lines + _elided_keyword_lines(op, globals_)
 
 
@@ -257,7 +272,7 @@ def _elided_keyword_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     the dispatcher leaves each out of the kernel's call on its own."""
     lines: List[str] = []
     for p in op._signature.parameters.values():
-        if p.kind is not p.KEYWORD_ONLY or not _elidable(op, p):
+        if p.kind is not p.KEYWORD_ONLY or not elidable(op, p):
             continue
         own = op._kernel_defaults.get(p.name, p.default)
         globals_[f"default_{p.name}"] = p.default
@@ -265,15 +280,6 @@ def _elided_keyword_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         test = _equal_test(op, p.name, f"$default_{p.name}", globals_)
         lines += [f"if {test}:", f"    {p.name} = $own_default_{p.name}"]
     return lines
-
-
-def _elidable(op: CustomOp, p: inspect.Parameter) -> bool:
-    """Whether an argument of ``p``'s converted type can equal its default as the dispatcher
-    compares them (See NOTE: [arguments equal to their defaults])."""
-    if type(p.default) not in _ELIDABLE_DEFAULTS:
-        return False
-    kind = op._conversions.get(p.name, (None,))[0]  # the argument's exact type
-    return kind is None or default_elidable(p.default, kind)
 
 
 def _equal_test(op: CustomOp, name: str, default: str, globals_: Dict[str, Any]) -> str:
@@ -285,11 +291,6 @@ def _equal_test(op: CustomOp, name: str, default: str, globals_: Dict[str, Any])
     kind = op._conversions.get(name, (list,))[0] or list
     globals_[f"exactly_{name}"] = kind
     return f"$type({name}) is $exactly_{name} and {name} == {default}"
-
-
-#: The types of defaults a schema can have that an argument can equal (the dispatcher compares
-#: them as values).
-_ELIDABLE_DEFAULTS = (int, float, bool, str, list, torch.dtype, torch.device)
 
 
 def _kept_as_written(default: Any, kind: Any, optional: bool) -> bool:
@@ -320,6 +321,7 @@ def generated_call(op: CustomOp) -> Any:
         "out": None,
         "args": None,
         "kwargs": None,
+        "n": None,
     }
     by_position, naming, given = positional_parameters(positional, globals_)
     header = ["$self", *by_position, "*$args", "**$kwargs"]
@@ -328,7 +330,8 @@ def generated_call(op: CustomOp) -> Any:
     body = [*naming, *_argument_lines(op, given, globals_)]
     if op._short_path_ok():
         body += _short_path_lines(op, globals_)
-    body.append(f"return $self._general_call({inputs}, {keywords}, {given}, $kwargs)")
+    count = "$n" if elidable_tail(op) < len(positional) else str(len(positional))
+    body.append(f"return $self._general_call({inputs}, {keywords}, {given}, $kwargs, {count})")
     source = f"def $function({', '.join(header)}):\n" + "".join(f"    {b}\n" for b in body)
     call: Any = generated_function(
         source,

@@ -196,16 +196,29 @@ def _returns_nothing(*args: Any, **kwargs: Any) -> None:
 def run_kernel(op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any]) -> Any:
     """Run the call's kernel: torch's aliasing rule on its output, and the version counter of an
     argument it mutated outside torch (NumPy) bumped, so that autograd sees the change."""
+    bump_declared(op, inputs)  # above the fallbacks, as torch's ADInplaceOrView kernel
     # No operator: lazy views are resolved here (See NOTE: [what the dispatcher does around a call])
     if op._opoverload is None and fallback_inputs(inputs):
-        bump_zero_tensors(op, inputs)
         inputs = resolved(op, inputs)
-    bump_declared(op, inputs)
     kernel = kernel_for(op, inputs)
     output = kernel(*inputs, **keyword_only)
     if kernel is not op._fake:
         return checked_output(op, inputs, output, kernel)
     return output
+
+
+def kernel_inputs(op: CustomOp, inputs: tuple, count: int) -> tuple:
+    """The positional arguments of the kernel's call where the dispatcher passes the first
+    ``count`` of ``inputs``: those, then the kernel's own defaults for the rest, up to the first
+    parameter that has none (Python then raises its "missing 1 required positional argument",
+    as for torch's own op's kernel)."""
+    own = op._kernel_defaults
+    tail = []
+    for i in range(count, len(inputs)):
+        if i not in own:
+            break
+        tail.append(own[i])
+    return (*inputs[:count], *tail)
 
 
 def bump_declared(op: CustomOp, inputs: tuple) -> None:
@@ -219,12 +232,13 @@ def bump_declared(op: CustomOp, inputs: tuple) -> None:
 
 
 def bump_zero_tensors(op: CustomOp, inputs: tuple) -> None:
-    """Before a call through the operator: the version of each declared argument that is a
-    ZeroTensor goes up, as torch's ADInplaceOrView kernel bumps it above the ZeroTensor fallback
-    (the kernel's ``bump_declared`` sees the fallback's copy)."""
-    for t in _mutated_tensors(op, inputs):
-        if HAS_ZERO_TENSOR and t._is_zerotensor():
-            bump_version(t)
+    """Before a call through the operator where a declared argument is a ZeroTensor: the
+    ZeroTensor fallback refuses the call before compatfn's kernel bumps anything, and torch's
+    ADInplaceOrView kernel, above that fallback, has bumped the version of each declared argument
+    by then: so does this."""
+    mutated = _mutated_tensors(op, inputs)
+    if HAS_ZERO_TENSOR and any(t._is_zerotensor() for t in mutated):
+        bump_declared(op, inputs)
 
 
 def tensor_return_count(schema: str) -> int:

@@ -107,16 +107,18 @@ def resolved(op: CustomOp, inputs: tuple) -> tuple:
     )
 
 
-def call_without_operator(op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any]) -> Any:
+def call_without_operator(
+    op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any], count: int
+) -> Any:
     """A general call of an op without an operator (See NOTE: [what the dispatcher does around a
-    call])."""
+    call]; ``count``: how many of ``inputs`` the dispatcher would pass)."""
     proxies = torch_function_arguments(inputs, keyword_only)
     if proxies and (fx_calls_any_target() or _importable(op)):
         return torch.overrides.handle_torch_function(op, proxies, *inputs, **keyword_only)
     if profiler_enabled():
         with torch.autograd.profiler.record_function(op._qualname):
-            return op._apply(inputs, keyword_only, op._eager_fn)
-    return op._apply(inputs, keyword_only, op._eager_fn)
+            return op._apply(inputs, keyword_only, op._eager_fn, count)
+    return op._apply(inputs, keyword_only, op._eager_fn, count)
 
 
 def _importable(op: CustomOp) -> bool:

@@ -3,8 +3,20 @@ arguments, torch's aliasing rule, and the argument conversions the dispatcher do
 
 from __future__ import annotations
 
+import inspect
 import keyword
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 import torch
 
@@ -21,6 +33,9 @@ from compatfn.library._facts import (
     new_below_autograd_guard,
     storage_id,
 )
+
+if TYPE_CHECKING:
+    from compatfn.library._custom_ops import CustomOp
 
 #: Device type -> dispatch key, where upper-casing the device type does not give it.
 _DEVICE_KEYS = {"meta": "Meta", "lazy": "Lazy", "privateuseone": "PrivateUse1"}
@@ -91,10 +106,11 @@ def dispatch_key(device: Optional[str]) -> str:
 
 
 def bump_version(t: torch.Tensor) -> None:
-    """Record an in-place change autograd did not see (torch < 2.1: a same-value ``copy_``)."""
+    """Record an in-place change autograd did not see (torch < 2.1: a same-value ``copy_``,
+    which a ZeroTensor refuses: its version stays)."""
     if increment_version is not None:
         increment_version(t)
-    else:
+    elif not (HAS_ZERO_TENSOR and t._is_zerotensor()):
         with torch.no_grad():
             t.copy_(t)
 
@@ -108,11 +124,14 @@ def is_tensor_list(value: Any) -> bool:
 
 def flatten(values: Sequence[Any]) -> Tuple[List[Any], List[int]]:
     """Lists of tensors spliced in (autograd tracks only top-level tensors); ``-1`` marks an
-    argument kept as is, ``n >= 0`` one spliced list of ``n`` items."""
+    argument kept as is, ``n >= 0`` one spliced list of ``n`` items. As torch's custom_op
+    flattens the arguments of its autograd Function (``torch._library.autograd``'s pytree leaf
+    rule): a list is spliced when every item is a tensor, an empty list included; a list with a
+    None or another value is one argument (autograd does not track its tensors)."""
     flat: List[Any] = []
     layout: List[int] = []
     for v in values:
-        if is_tensor_list(v):
+        if isinstance(v, list) and all(isinstance(t, torch.Tensor) for t in v):
             flat.extend(v)
             layout.append(len(v))
         else:
@@ -216,6 +235,32 @@ def default_elidable(default: Any, kind: Any) -> bool:
     """Whether an argument of exactly type ``kind`` can equal ``default`` as the dispatcher
     compares them (See NOTE: [arguments equal to their defaults])."""
     return type(default) is kind or (kind is float and type(default) is int)
+
+
+def elidable(op: CustomOp, p: inspect.Parameter) -> bool:
+    """Whether an argument of ``p``'s converted type can equal its default as the dispatcher
+    compares them (See NOTE: [arguments equal to their defaults])."""
+    if type(p.default) not in _ELIDABLE_DEFAULTS:
+        return False
+    kind = op._conversions.get(p.name, (None,))[0]  # the argument's exact type
+    return kind is None or default_elidable(p.default, kind)
+
+
+#: The types of defaults a schema can have that an argument can equal (the dispatcher compares
+#: them as values).
+_ELIDABLE_DEFAULTS = (int, float, bool, str, list, torch.dtype, torch.device)
+
+
+def elidable_tail(op: CustomOp) -> int:
+    """The fewest positional arguments the dispatcher can pass ``op``'s kernel: it leaves out
+    trailing arguments equal to their defaults (None included), from the last one back.
+
+    Example: for ``(x: Tensor, n: int = 2, alpha: float = 1.0)``, 1."""
+    params = [p for p in op._signature.parameters.values() if p.kind is not p.KEYWORD_ONLY]
+    count = len(params)
+    while count and (params[count - 1].default is None or elidable(op, params[count - 1])):
+        count -= 1
+    return count
 
 
 # NOTE: [lazy views of real tensors]
