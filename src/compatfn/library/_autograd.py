@@ -257,18 +257,22 @@ def _short_path_backward(op: CustomOp, count: int) -> Any:
         finally:
             ctx.needs_input_grad = seen
         passed = usual(result)
-        if passed is not None:
-            return (*passed, None)
-        return torch_checked_gradients(name, result, count, static, extra)
+        return (*passed, None) if passed is not None else checked(result)
 
     def backward_without_metadata(ctx: Any, *grads: Any) -> Any:
         user = definition._backward  # read at backward time, as user_backward
         if user is None:
             return user_backward(definition, ctx, grads)
         result = user(ctx, *grads)
+        if type(result) is tuple and len(result) == every:  # usual: one per parameter
+            if count == every:
+                return result
+            if result[count] is None and (count + 1 == every or usual(result) is not None):
+                return result[:count]
         passed = usual(result)
-        if passed is not None:
-            return passed
+        return passed if passed is not None else checked(result)
+
+    def checked(result: Any) -> tuple:
         return torch_checked_gradients(name, result, count, static, extra)
 
     return backward if extra else backward_without_metadata
