@@ -347,7 +347,7 @@ C_APPLY = _CORE_C_APPLY
 
 
 def _needs_input_grad_writable() -> bool:
-    """Whether Python can assign ``ctx.needs_input_grad`` (measured: 2.4+ take it; 1.8-2.1
+    """Whether Python can assign ``ctx.needs_input_grad`` (measured: 2.4+ take it; 1.8-2.2
     refuse it, "attribute 'needs_input_grad' of 'torch._C._FunctionBase' objects is not
     writable")."""
     base = getattr(torch._C, "_FunctionBase", None)
