@@ -86,8 +86,6 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     """The short path (See NOTE: [the op's call]): its test and body."""
     positional = op._positional
     inputs = "(" + ", ".join(positional) + ("," if len(positional) == 1 else "") + ")"
-    # The short path has every argument, plain tensors and no tracing or transforms, so
-    # torch's C-level apply runs the class without compatfn's binding and checks.
     globals_["kernel"] = op._kernels.get(None)
     globals_["detached"] = detached
     globals_["checked_output"] = checked_output
