@@ -834,3 +834,38 @@ def test_an_explicit_schema_binds_calls_and_leaves_out_its_defaults(tier):
         assert ours == _schema_calls(decorate_with(torch.library.custom_op, "own"))
     else:
         assert ours == SCHEMA_CALLS
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_needs_input_grad_names_each_argument_as_torchs(tier):
+    """compatfn before, on the older tiers: an op with an optional tensor (the general path) saw
+    compatfn's own entry first in ``ctx.needs_input_grad``, so a backward gated on it dropped
+    the first input's gradient. The entries are torch's: one per argument passed (a default
+    left out has none)."""
+    source = (
+        "def linear(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor] = None)"
+        " -> torch.Tensor:\n    out = x @ w.t()\n    return out if bias is None else out + bias\n"
+    )
+    namespace = {"torch": torch, "Optional": Optional}  # real annotations, for torch 2.4
+    exec(compile(source, "<linear>", "exec", dont_inherit=True), namespace)
+    seen: List[tuple] = []
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0], inputs[1])
+
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        seen.append(tuple(ctx.needs_input_grad))
+        flags = ctx.needs_input_grad
+        bias = g.sum(0) if len(flags) > 2 else None  # torch refuses one for a bias left out
+        return (g @ w if flags[0] else None, g.t() @ x if flags[1] else None, bias)
+
+    outcomes = []
+    for decorator in side_by_side(tier, "linear"):
+        op = decorator(namespace["linear"])
+        op.register_autograd(backward, setup_context=setup_context)
+        x, w = torch.ones(3, 4, requires_grad=True), torch.ones(5, 4)
+        op(x, w).sum().backward()
+        outcomes.append((seen.pop(), x.grad.tolist()))
+    assert outcomes[0] == ((True, False), torch.full((3, 4), 5.0).tolist())
+    assert all(o == outcomes[0] for o in outcomes)
