@@ -84,7 +84,7 @@ def apply_autograd(
 ) -> Any:
     """``fn`` (an ``autograd_function`` of ``op``) applied to the first ``count`` of ``inputs``
     (the arguments the dispatcher passes) and its metadata inputs."""
-    extra = metadata_inputs(op)
+    extra = fn._metadata_inputs
     flat, layout = flatten(inputs[:count])
     if extra == 2:
         return fn.apply(*flat, Call(layout, keyword_only), None)
@@ -140,7 +140,6 @@ def autograd_function(op: CustomOp, dispatched: bool) -> Any:
     # See Definition: a graph keeps the formula of the definition that recorded it.
     definition: Any = Definition(op)
     name = node_class_name(op)
-    non_tensors = non_tensor_positions(op)
 
     def backward(ctx: Any, *grads: Any) -> Any:
         grads = (list(grads),) if definition._returns_list else grads
@@ -148,7 +147,7 @@ def autograd_function(op: CustomOp, dispatched: bool) -> Any:
         result = stripped_backward(definition, ctx, grads, layout, extra)
         if extra == 2:  # torch checks a tensor-list op's gradients by their structure
             return structured_gradients(result, layout)
-        static = getattr(ctx, "_non_tensors", None) or non_tensors
+        static = frozenset() if extra else ctx._non_tensors  # used only without metadata
         return torch_checked_gradients(name, result, len(layout), static, extra)
 
     # Named at creation: torch names the class's autograd node (``<name>Backward``) then, so the
@@ -157,6 +156,7 @@ def autograd_function(op: CustomOp, dispatched: bool) -> Any:
         "forward": staticmethod(forward),
         "setup_context": staticmethod(setup_context),
         "backward": staticmethod(backward),
+        "_metadata_inputs": extra,  # read by apply_autograd at each call
         "__qualname__": name,
         "__module__": __name__,
     }
@@ -267,7 +267,7 @@ def _short_path_backward(op: CustomOp, count: int) -> Any:
         if type(result) is tuple and len(result) == every:  # usual: one per parameter
             if count == every:
                 return result
-            if result[count] is None and (count + 1 == every or usual(result) is not None):
+            if count + 1 == every and result[count] is None:  # one default left out
                 return result[:count]
         passed = usual(result)
         return passed if passed is not None else checked(result)
