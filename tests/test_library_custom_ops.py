@@ -532,6 +532,28 @@ def test_a_given_schema_is_checked_at_definition(tier):
     assert x.tolist() == [1.0, 1.0]
 
 
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_view_schema(tier):
+    """A schema that returns a view of an input: torch's own op returns the view from
+    ``VIEW_OPS_SINCE`` on and refuses its output by the aliasing rule before (measured on 2.4,
+    2.9, 2.10, 2.13); the older tiers refuse the schema at definition, naming the op (before:
+    the aliasing error at each call)."""
+    define = make(tier, "view", schema="(Tensor(a) x) -> Tensor(a)")
+    if tier != "torch":
+        with pytest.raises(NotImplementedError, match=r"::view: the schema .* returns a view"):
+            define(lambda x: x.view(-1))
+        return
+    op = define(lambda x: x.view(-1))
+    x = torch.ones(2, 3, requires_grad=True)
+    since = tuple(int(n) for n in _facts.VIEW_OPS_SINCE.split("."))
+    if since > TORCH_MINOR:  # torch's own op refuses the output
+        with pytest.raises(RuntimeError, match="may not alias any inputs"):
+            op(x)
+        return
+    y = op(x)
+    assert y._base is x and type(y.grad_fn).__name__.startswith("GeneratedBackwardFor_")
+
+
 @pytest.mark.parametrize("tier", [t for t in TIERS if t != "torch"])
 def test_register_torch_dispatch_is_refused_before_torch_2_5(tier):
     """An error naming the op (before: AttributeError)."""

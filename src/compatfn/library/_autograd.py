@@ -47,7 +47,7 @@ __all__ = [
 # compatfn's Functions take the same inputs: the dispatched arguments, then the ``Call`` (where
 # the op has keyword-only or tensor-list arguments) or a None, and a None more for a tensor-list
 # op. Where Python cannot assign needs_input_grad (NEEDS_INPUT_GRAD_WRITABLE False; measured on
-# 1.8-2.2), an op that needs no ``Call`` takes no metadata input: backward sees torch's
+# 1.8-2.3), an op that needs no ``Call`` takes no metadata input: backward sees torch's
 # needs_input_grad, setup_context one entry fewer than torch's, and ``torch_checked_gradients``
 # checks the gradients against torch's inputs as autograd would.
 

@@ -33,6 +33,7 @@ from compatfn.library._fast_call import generated_call
 from compatfn.library._infer_schema import (
     check_given_schema,
     check_no_keyword_only_tensors,
+    check_no_view_returns,
     infer_schema,
     returns_only_tensors,
     schema_for_this_torch,
@@ -112,6 +113,7 @@ class CustomOp:
         self._qualname = qualname
         if schema is not None:
             check_given_schema(self._full_name, schema, mutates_args)
+            check_no_view_returns(qualname, schema)
         self._schema = schema if schema is not None else infer_schema(fn, mutates_args=mutates_args)
         check_operator_name(qualname, None if schema is None else schema_for_this_torch(schema))
         check_no_keyword_only_tensors(self._full_name, self._schema, tags)

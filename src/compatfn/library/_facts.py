@@ -42,6 +42,7 @@ __all__ = [
     "RESERVED_NAMESPACES",
     "TIER",
     "TORCH_CUSTOM_OP_TAKES_TAGS",
+    "VIEW_OPS_SINCE",
     "TorchCustomOpDef",
     "torch_autograd_backward",
 ]
@@ -72,6 +73,13 @@ CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS = (2, 4) <= _TORCH_VERSION < (2, 14)
 
 #: Which implementation ``compatfn.custom_op`` uses on the running torch (package docstring).
 TIER = "torch" if HAS_TORCH_CUSTOM_OP else ("registered" if HAS_LIBRARY else "function")
+
+#: The first torch whose own custom_op makes an op whose schema returns a view of an input
+#: (``(Tensor(a) x) -> Tensor(a)``: its ADInplaceOrView fallback makes the output a view;
+#: https://github.com/pytorch/pytorch/pull/164520). Measured: 2.4 and 2.9 refuse the output by
+#: the aliasing rule at call, 2.10 and 2.13 return the view. The older tiers refuse such a schema
+#: at definition (an autograd Function cannot make its output a view of an input).
+VIEW_OPS_SINCE = "2.10"
 
 #: ``torch.library.custom_op(..., tags=)`` (torch >= 2.5; measured: 2.4's takes no tags).
 # Upstream: https://github.com/pytorch/pytorch/blob/v2.5.0/torch/_library/custom_ops.py
@@ -347,7 +355,7 @@ C_APPLY = _CORE_C_APPLY
 
 
 def _needs_input_grad_writable() -> bool:
-    """Whether Python can assign ``ctx.needs_input_grad`` (measured: 2.4+ take it; 1.8-2.2
+    """Whether Python can assign ``ctx.needs_input_grad`` (measured: 2.4+ take it; 1.8-2.3
     refuse it, "attribute 'needs_input_grad' of 'torch._C._FunctionBase' objects is not
     writable")."""
     base = getattr(torch._C, "_FunctionBase", None)

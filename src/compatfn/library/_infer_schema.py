@@ -12,12 +12,18 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import torch
 import torch.types
 
-from compatfn.library._facts import SCALAR_TYPE_NUMBERS, int_type, parser_reads_dtype_names
+from compatfn.library._facts import (
+    SCALAR_TYPE_NUMBERS,
+    VIEW_OPS_SINCE,
+    int_type,
+    parser_reads_dtype_names,
+)
 
 __all__ = [
     "SCALAR_TYPES",
     "check_given_schema",
     "check_no_keyword_only_tensors",
+    "check_no_view_returns",
     "declared_arguments",
     "infer_schema",
     "returns_only_tensors",
@@ -238,6 +244,23 @@ def check_given_schema(name: str, schema: str, mutates_args: Union[str, Iterable
             f"and `schema={schema}. The schema suggests that the op mutates {expected}"
             "which is different from what was provided to us in `mutates_args`. "
             "Please make these consistent."
+        )
+
+
+#: A return's alias annotation that is not a write (``Tensor(a)``, ``Tensor[](a)``): a view op.
+_VIEW_RETURN = re.compile(r"Tensor(\[\])?\((?![^)]*!)[^)]*\)")
+
+
+def check_no_view_returns(qualname: str, schema: str) -> None:
+    """An error naming the op, at definition, for a ``schema=`` that returns a view of an input
+    (``(Tensor(a) x) -> Tensor(a)``): torch's own custom_op makes such ops from ``VIEW_OPS_SINCE``
+    on, and the older tiers cannot (an autograd Function cannot make its output a view)."""
+    if _VIEW_RETURN.search(schema.rsplit("->", 1)[1]):
+        raise NotImplementedError(
+            f"{qualname}: the schema {schema!r} returns a view of an input (an alias annotation "
+            f"without '!' on a return); torch's own custom_op makes view ops from torch "
+            f"{VIEW_OPS_SINCE} on, torch {torch.__version__} cannot. Return a new tensor "
+            "(for example `x.view(-1).clone()`) and drop the annotation from the return."
         )
 
 
