@@ -275,6 +275,35 @@ def test_defining_a_name_again_with_another_schema(tier):
     assert torch.equal(library.OPS[qualname](torch.zeros(1)), torch.ones(1))
 
 
+@pytest.mark.parametrize("tier", TIERS)
+def test_an_op_in_a_namespace_another_library_defines(tier):
+    """``aten::`` and a namespace a ``"DEF"`` Library owns: torch's own op adds to them; where
+    torch.library has no ``"FRAGMENT"`` kind (torch < 2.1, one defining library per namespace)
+    the registered tier raises an error naming the op (before: torch's C++ error, "Only a single
+    TORCH_LIBRARY can be used to register the namespace")."""
+    namespaces = ["aten"]
+    fragments = False
+    if hasattr(torch, "library"):  # torch >= 1.10
+        namespaces.append(fresh(tier))
+        owner = torch.library.Library(namespaces[-1], "DEF")  # noqa: F841 (kept alive)
+        try:
+            torch.library.Library(fresh(tier), "FRAGMENT")
+            fragments = True
+        except ValueError:
+            pass
+    for namespace in namespaces:
+        define = make(tier, "", qualname=f"{namespace}::{fresh(tier)}_plus_one")
+        if tier == "registered" and not fragments:
+            with pytest.raises(
+                RuntimeError,
+                match=rf"torch .* cannot add an operator to the "
+                rf"namespace '{namespace}', which another library defines",
+            ):
+                define(_plus_one)
+        else:
+            assert torch.equal(define(_plus_one)(torch.zeros(1)), torch.ones(1))
+
+
 def _plus_one(x: torch.Tensor) -> torch.Tensor:
     return x + 1
 

@@ -22,16 +22,33 @@ __all__ = ["below_autograd", "define", "impl_once", "library_for"]
 _LIBRARIES: Dict[str, Any] = {}
 
 
-def library_for(namespace: str) -> Any:
-    """The process's ``torch.library.Library`` for ``namespace``."""
+def library_for(namespace: str, qualname: str) -> Any:
+    """The process's ``torch.library.Library`` for ``namespace`` (``qualname``: the op that
+    needs it, named in the error where this torch cannot add to the namespace)."""
     lib = _LIBRARIES.get(namespace)
     if lib is None:
         try:
             lib = torch.library.Library(namespace, "FRAGMENT")
         except ValueError:  # torch < 2.1 knows only "DEF" (one per namespace) and "IMPL"
-            lib = torch.library.Library(namespace, "DEF")
+            lib = _defining_library(namespace, qualname)
         _LIBRARIES[namespace] = lib
     return lib
+
+
+def _defining_library(namespace: str, qualname: str) -> Any:
+    """A ``"DEF"`` Library: torch < 2.1 refuses a second one for a namespace another library
+    defines (``aten``, or one a C++ extension or another Library owns), with its C++ error."""
+    try:
+        return torch.library.Library(namespace, "DEF")
+    except RuntimeError as error:
+        if "Only a single TORCH_LIBRARY" not in str(error):
+            raise
+        raise RuntimeError(
+            f"custom_op({qualname!r}): torch {torch.__version__} cannot add an operator to the "
+            f"namespace {namespace!r}, which another library defines already (torch before 2.1 "
+            "allows one defining library per namespace; torch's own custom_op adds to any "
+            "namespace). Choose a namespace of your own, e.g. your package's name."
+        ) from None
 
 
 def _define_takes_tags() -> bool:
@@ -66,7 +83,7 @@ def define(op: CustomOp, tags: Sequence[Any]) -> None:
         op._opoverload = previous._opoverload
         op._registered_keys = previous._registered_keys
         return
-    op._library = library_for(op._namespace)
+    op._library = library_for(op._namespace, op._qualname)
     schema = op._full_name + schema_for_this_torch(op._schema)
     if tags:
         op._library.define(schema, tags=tuple(tags))
