@@ -272,6 +272,9 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
     "an int vector for a written int[]": _with_scalar(
         "List[int]", "none", "int_vector", schema="given"
     ),
+    "an int vector for an int list under the profiler": _with_scalar(
+        "List[int]", "none", "int_vector", context="profiler"
+    ),
     "a TorchFunctionMode sees a call it refuses": _with_scalar(
         "List[Tensor]", "none", "none_in_list", context="torch_function_mode"
     ),

@@ -208,7 +208,7 @@ _SCALARS: Dict[str, Tuple[type, str, Callable[[Any], Any]]] = {
 
 
 def _conversion(
-    qualname: str, schema: str, name: str, schema_type: str, inferred: bool
+    qualname: str, schema: str, name: str, schema_type: str, inferred: bool, operator: bool
 ) -> Optional[Conversion]:
     optional = schema_type.endswith("?")
     base = schema_type.rstrip("?")
@@ -243,8 +243,8 @@ def _conversion(
         return result
 
     def _scalar_list(value: Any) -> List[Any]:
-        if symint and _is_integer_vector(value):  # the operator reads it where it is called
-            return value if needs_dispatcher() else _values(value)
+        if symint and _is_integer_vector(value):  # an operator reads it where it is called
+            return value if operator and needs_dispatcher() else _values(value)
         if not (isinstance(value, (list, tuple)) or _is_sequence(value)):
             raise error(value)
         items: List[Any] = [convert(v) for v in value]
@@ -256,9 +256,12 @@ def _conversion(
     return (None if is_list else kind), optional, converted
 
 
-def conversions(qualname: str, schema: str, inferred: bool = True) -> Dict[str, Conversion]:
+def conversions(
+    qualname: str, schema: str, inferred: bool = True, operator: bool = True
+) -> Dict[str, Conversion]:
     """Each non-tensor parameter of ``schema`` (and each ``Tensor?``, ``Tensor[]``) -> its
-    :data:`Conversion`.
+    :data:`Conversion` (``operator``: whether calls that need the dispatcher go through an
+    operator, which converts what is left to it; the ``function`` tier has none).
 
     Example::
 
@@ -270,7 +273,7 @@ def conversions(qualname: str, schema: str, inferred: bool = True) -> Dict[str, 
     found: Dict[str, Conversion] = {}
     for match in _ARGUMENT.finditer(arguments):
         name = match.group("name")
-        conversion = _conversion(qualname, schema, name, match.group("type"), inferred)
+        conversion = _conversion(qualname, schema, name, match.group("type"), inferred, operator)
         if conversion is not None:
             found[name] = conversion
     return found

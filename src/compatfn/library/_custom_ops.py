@@ -127,7 +127,7 @@ class CustomOp:
         self._positional = [p.name for p in params if p.kind is not p.KEYWORD_ONLY]
         self._keyword_only = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
         self._mutated = self._mutated_positions(mutates_args)
-        self._conversions = conversions(qualname, self._schema, inferred=schema is None)
+        self._conversions = conversions(qualname, self._schema, schema is None, registered)
         self._returns_list = self._schema.endswith("-> Tensor[]")
         self._tensor_returns = tensor_return_count(self._schema)
         self._kernels: Dict[Optional[str], Callable] = dict.fromkeys(device_types or (None,), fn)
