@@ -20,11 +20,16 @@ Regenerate the stored outcomes of torch's own op (read by the rows without it) w
 with that torch::
 
     PYTHONPATH=src:tests python tests/library_oracle.py --record
+
+For a larger manual run on the older rows, ``COMPATFN_ORACLE_CASES`` sets how many generated cases
+are recorded and ``COMPATFN_ORACLE_FILE`` where the outcomes are written and read (the stored set:
+160 cases, ``tests/data/custom_op_oracle.json``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, List
@@ -51,7 +56,6 @@ __all__ = [
     "KERNELS",
     "RECORDED",
     "RECORDED_CASES",
-    "RECORD_SEED",
     "REGRESSIONS",
     "SCALARS",
     "SIDE_BY_SIDE_CONTEXTS",
@@ -67,10 +71,14 @@ __all__ = [
     "record",
 ]
 
-#: Where the outcomes of torch's own op for the fixed set of cases are stored.
-RECORDED = Path(__file__).parent / "data" / "custom_op_oracle.json"
-RECORDED_CASES = 160
-RECORD_SEED = 20261202
+#: Where the outcomes of torch's own op for the fixed set of cases are stored (or, for a manual
+#: run, the file ``COMPATFN_ORACLE_FILE`` names).
+RECORDED = Path(
+    os.environ.get("COMPATFN_ORACLE_FILE")
+    or Path(__file__).parent / "data" / "custom_op_oracle.json"
+)
+#: How many generated cases are recorded (``COMPATFN_ORACLE_CASES`` for a manual run).
+RECORDED_CASES = int(os.environ.get("COMPATFN_ORACLE_CASES") or 160)
 
 
 def fixed_cases(count: int = RECORDED_CASES) -> List[Dict[str, Any]]:
