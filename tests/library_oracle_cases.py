@@ -275,6 +275,14 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
     "an int vector for an int list under the profiler": _with_scalar(
         "List[int]", "none", "int_vector", context="profiler"
     ),
+    "two mutated negated views are refused before the kernel runs": _with_scalar(
+        "Tensor",
+        "none",
+        "tensor",
+        kernel="inplace_declared",
+        mutates=["x", "a0"],
+        context="neg_views",
+    ),
     "a TorchFunctionMode sees a call it refuses": _with_scalar(
         "List[Tensor]", "none", "none_in_list", context="torch_function_mode"
     ),

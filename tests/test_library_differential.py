@@ -332,6 +332,10 @@ _FUNCTIONS_RETURN_ONLY_TENSORS = _functions_return_only_tensors()
 _GRAD_CONTEXTS = ("plain", "anomaly", "saved_tensor_hooks", "checkpoint")
 
 
+#: Contexts where nothing the kernel does is recorded, with or without the below-autograd guard.
+_NOT_RECORDING = ("no_grad", "inference_mode", "enable_grad_in_inference")
+
+
 def known_difference(row: Dict[str, Any]) -> Any:
     """Why compatfn's tiers on this torch differ from torch's own op on a recorded case, where
     they cannot help it (a strict xfail: a fix makes the test fail until this is updated)."""
@@ -340,8 +344,8 @@ def known_difference(row: Dict[str, Any]) -> Any:
         case["kernel"] == "capture_param" and case["context"] == "saved_tensor_hooks"
     )
     # grad mode on, no input requiring grad: torch runs the kernel below autograd (under
-    # no_grad both run it without recording, alike)
-    no_autograd = not case["grad"] and case["context"] != "no_grad"
+    # no_grad or inference mode both run it without recording, alike)
+    no_autograd = not case["grad"] and case["context"] not in _NOT_RECORDING
     ran = row["torch"].get("calls", 0) > 0  # not when the arguments are refused first
     if _FAKE_MODE_ON_META_COPIES and case["context"] == "fake_mode" and case["mutates"]:
         return (

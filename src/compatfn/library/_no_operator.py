@@ -74,6 +74,19 @@ def fallback_inputs(inputs: tuple) -> bool:
     )
 
 
+def _refuse_views_mutated_together(op: CustomOp, inputs: tuple) -> None:
+    """torch's math-bit fallbacks (negation, then conjugation: the order of their dispatch keys)
+    refuse, before the kernel runs, a call that mutates more than one tensor with their bit set,
+    in their words (measured on torch 2.13 and 2.15)."""
+    mutated = [inputs[i] for i in op._mutated if isinstance(inputs[i], torch.Tensor)]
+    for name, bit in (("negation", torch.Tensor.is_neg), ("conjugate", torch.Tensor.is_conj)):
+        if sum(1 for t in mutated if bit(t)) > 1:
+            raise RuntimeError(
+                f"{name} fallback does not support operators with more than one mutable tensors "
+                f"with {name}bit set to true."
+            )
+
+
 def resolved(op: CustomOp, inputs: tuple) -> tuple:
     """``inputs`` with each lazily conjugated or negated tensor and each ZeroTensor materialized,
     as the dispatcher's fallbacks hand them to a kernel (an argument the op mutates is refused:
@@ -101,6 +114,8 @@ def resolved(op: CustomOp, inputs: tuple) -> tuple:
             )
         return t.resolve_conj().resolve_neg()
 
+    if HAS_LAZY_CONJ:
+        _refuse_views_mutated_together(op, inputs)
     return tuple(
         type(v)(one(i, t) for t in v) if isinstance(v, (list, tuple)) else one(i, v)
         for i, v in enumerate(inputs)
