@@ -38,6 +38,33 @@ def test_importing_compatfn_imports_neither_torch_nor_library():
     assert out.stdout.split() == ["False", "False"]
 
 
+_REPLACING = """
+import torch, compatfn
+def forwarding(*args, **kwargs):  # a wrapper put there before compatfn.library is imported
+    return compatfn.custom_op(*args, **kwargs)
+torch.library.custom_op = {replacement}
+@torch.library.custom_op("cft_replaced::twice", mutates_args=())
+def twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+print(twice(torch.ones(2)).tolist(), compatfn.library.TIER)
+"""
+
+
+@pytest.mark.parametrize("replacement", ["compatfn.custom_op", "forwarding"])
+def test_a_program_may_put_compatfn_in_torch_library(replacement):
+    """``torch.library.custom_op = compatfn.custom_op`` (compatfn used wherever torch's would be):
+    the tier is this torch's and the torch tier calls torch's own function (before: endless
+    recursion on torch >= 2.4, and a forwarding wrapper installed before ``compatfn.library``
+    was imported made torch < 2.4 take the torch tier and fail)."""
+    if not hasattr(torch, "library"):
+        pytest.skip(f"torch {torch.__version__} has no torch.library to put a function in")
+    code = _REPLACING.format(replacement=replacement)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("]")[-1].strip() == library.TIER
+    assert out.stdout.startswith("[2.0, 2.0]")
+
+
 @pytest.mark.parametrize("tier", TIERS)
 def test_defaults_and_keywords_reach_setup_context(tier):
     seen = {}

@@ -8,6 +8,7 @@ these names and never probes torch itself.
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import inspect
 import threading
@@ -41,6 +42,7 @@ __all__ = [
     "NEEDS_INPUT_GRAD_WRITABLE",
     "RESERVED_NAMESPACES",
     "TIER",
+    "TORCH_CUSTOM_OP",
     "TORCH_CUSTOM_OP_TAKES_TAGS",
     "VIEW_OPS_SINCE",
     "TorchCustomOpDef",
@@ -49,9 +51,25 @@ __all__ = [
 
 _library: Any = getattr(torch, "library", None)
 
-#: ``torch.library.custom_op`` (torch >= 2.4): the "torch" tier hands everything to torch.
+
+def _torch_custom_op() -> Optional[Callable[..., Any]]:
+    """torch's own ``custom_op`` function, read from the module that defines it, not from
+    ``torch.library``: a program may have put another function there (compatfn's own, or a
+    wrapper forwarding to it) before this module is imported."""
+    try:
+        module = importlib.import_module("torch._library.custom_ops")
+    except ImportError:  # torch < 2.4
+        return None
+    return getattr(module, "custom_op", None)  # type: ignore[no-any-return]
+
+
+#: torch's ``torch.library.custom_op`` (torch >= 2.4; measured: 2.3 has no
+#: ``torch._library.custom_ops``, 2.4-2.15 define it there): the "torch" tier hands everything
+#: to it, and calls it, never the name ``torch.library.custom_op`` (which a program may have
+#: replaced with ``compatfn.custom_op``).
 # Upstream: https://github.com/pytorch/pytorch/pull/122344
-HAS_TORCH_CUSTOM_OP = hasattr(_library, "custom_op")
+TORCH_CUSTOM_OP = _torch_custom_op()
+HAS_TORCH_CUSTOM_OP = TORCH_CUSTOM_OP is not None
 #: ``torch.library.Library`` with ``define`` and the below-autograd redispatch guard
 #: ``torch._C._AutoDispatchBelowAutograd`` (torch >= 1.13): operators can be defined from Python
 #: and given an Autograd kernel. torch 1.8 has no ``torch.library``; torch 1.12 has ``Library``
@@ -84,7 +102,7 @@ VIEW_OPS_SINCE = "2.10"
 #: ``torch.library.custom_op(..., tags=)`` (torch >= 2.5; measured: 2.4's takes no tags).
 # Upstream: https://github.com/pytorch/pytorch/blob/v2.5.0/torch/_library/custom_ops.py
 TORCH_CUSTOM_OP_TAKES_TAGS = (
-    HAS_TORCH_CUSTOM_OP and "tags" in inspect.signature(_library.custom_op).parameters
+    TORCH_CUSTOM_OP is not None and "tags" in inspect.signature(TORCH_CUSTOM_OP).parameters
 )
 
 #: torch's ``opcheck`` as a public API (torch >= 2.4); torch 2.1-2.3 ship the same function under

@@ -12,6 +12,7 @@ import torch
 
 from compatfn.library._facts import (
     CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS,
+    TORCH_CUSTOM_OP,
     TORCH_CUSTOM_OP_TAKES_TAGS,
     infers_from_string_annotations,
     parser_reads_dtype_names,
@@ -106,7 +107,7 @@ def define_with_torch(
             "(torch.library.custom_op takes tags from torch 2.5); drop tags= on this torch"
         )
     extra = {} if tags is None else {"tags": tags}
-    opdef = torch.library.custom_op(  # type: ignore[attr-defined]
+    opdef = TORCH_CUSTOM_OP(  # torch's own, whatever torch.library.custom_op is now
         name, fn, mutates_args=mutates_args, device_types=device_types, schema=schema, **extra
     )
     if CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS and _has_tensor_lists(opdef):
