@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Union, cast
 
 import torch
 
@@ -107,7 +107,8 @@ def define_with_torch(
             "(torch.library.custom_op takes tags from torch 2.5); drop tags= on this torch"
         )
     extra = {} if tags is None else {"tags": tags}
-    opdef = TORCH_CUSTOM_OP(  # torch's own, whatever torch.library.custom_op is now
+    make = cast(Callable[..., Any], TORCH_CUSTOM_OP)  # this tier runs where torch has it
+    opdef = make(  # torch's own, whatever torch.library.custom_op is now
         name, fn, mutates_args=mutates_args, device_types=device_types, schema=schema, **extra
     )
     if CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS and _has_tensor_lists(opdef):
