@@ -52,15 +52,18 @@ __all__ = [
 _library: Any = getattr(torch, "library", None)
 
 
-def _torch_custom_op() -> Optional[Callable[..., Any]]:
-    """torch's own ``custom_op`` function, read from the module that defines it, not from
-    ``torch.library``: a program may have put another function there (compatfn's own, or a
-    wrapper forwarding to it) before this module is imported."""
+def _torch_custom_ops_module() -> Any:
+    """``torch._library.custom_ops``, the module that defines torch's own ``custom_op`` and its
+    op object (None where torch has none). Read from there, not from ``torch.library``: a program
+    may have put another function there (compatfn's own, or a wrapper forwarding to it) before
+    this module is imported."""
     try:
-        module = importlib.import_module("torch._library.custom_ops")
+        return importlib.import_module("torch._library.custom_ops")
     except ImportError:  # torch < 2.4
         return None
-    return getattr(module, "custom_op", None)  # type: ignore[no-any-return]
+
+
+_CUSTOM_OPS: Any = _torch_custom_ops_module()
 
 
 #: torch's ``torch.library.custom_op`` (torch >= 2.4; measured: 2.3 has no
@@ -68,7 +71,7 @@ def _torch_custom_op() -> Optional[Callable[..., Any]]:
 #: to it, and calls it, never the name ``torch.library.custom_op`` (which a program may have
 #: replaced with ``compatfn.custom_op``).
 # Upstream: https://github.com/pytorch/pytorch/pull/122344
-TORCH_CUSTOM_OP = _torch_custom_op()
+TORCH_CUSTOM_OP: Optional[Callable[..., Any]] = getattr(_CUSTOM_OPS, "custom_op", None)
 HAS_TORCH_CUSTOM_OP = TORCH_CUSTOM_OP is not None
 #: ``torch.library.Library`` with ``define`` and the below-autograd redispatch guard
 #: ``torch._C._AutoDispatchBelowAutograd`` (torch >= 1.13): operators can be defined from Python
@@ -147,11 +150,7 @@ HAS_META_DEVICE = _probe_meta_device()
 #: torch's op object, ``torch._library.custom_ops.CustomOpDef`` (torch >= 2.4): the "torch" tier
 #: subclasses it (``_torch_call``), keeping every method and the registration torch's own.
 # Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/_library/custom_ops.py
-TorchCustomOpDef: Any = (
-    torch._library.custom_ops.CustomOpDef  # type: ignore[attr-defined]
-    if HAS_TORCH_CUSTOM_OP
-    else None
-)
+TorchCustomOpDef: Any = _CUSTOM_OPS.CustomOpDef if HAS_TORCH_CUSTOM_OP else None
 
 
 #: The fields of torch's ``CustomOpDef`` that the torch tier's call reads (``_torch_call``): the

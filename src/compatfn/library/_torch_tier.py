@@ -14,6 +14,7 @@ from compatfn.library._facts import (
     CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS,
     TORCH_CUSTOM_OP,
     TORCH_CUSTOM_OP_TAKES_TAGS,
+    TorchCustomOpDef,
     infers_from_string_annotations,
     parser_reads_dtype_names,
 )
@@ -74,7 +75,7 @@ def _trim_elided_default_gradients(backward: Callable) -> Callable:
 def _trimming_opdef_class() -> type:
     """torch's CustomOpDef with a register_autograd that trims the gradients of elided defaults
     (See NOTE: [elided default gradients]); one class, made at first use."""
-    base: Any = torch._library.custom_ops.CustomOpDef  # type: ignore[attr-defined]
+    base: Any = TorchCustomOpDef
 
     def register_autograd(
         self: Any, backward: Callable, /, *, setup_context: Optional[Callable] = None
