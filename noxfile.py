@@ -50,7 +50,7 @@ JUNIT_DIR = ROOT / "reports" / "junit"
 #: when it ends, passed or failed, so that a run holds one torch on disk at a time (a CUDA build of
 #: torch takes 2-7 GB in an environment) instead of one per session. ``nox -r`` finds nothing to
 #: reuse then.
-DISCARD_ENVS = os.environ.get("COMPATFN_NOX_DISCARD") == "1"
+DISCARD_ENVS = os.environ.get(matrix.DISCARD_ENV) == "1"
 
 SessionFunc = Callable[[nox.Session], None]
 

@@ -5,6 +5,7 @@ everything of compatfn's own built from it (tox.toml, the support table, the CI 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import json
 import re
@@ -166,9 +167,10 @@ class FakeNox:
 
 
 class FakeSession:
-    def __init__(self) -> None:
+    def __init__(self, location: str = "") -> None:
         self.env: Dict[str, str] = {}
         self.installs: List[List[str]] = []
+        self.virtualenv = SimpleNamespace(location=location)
 
     def install(self, *args: str) -> None:
         self.installs.append(list(args))
@@ -179,6 +181,7 @@ def fake_nox(monkeypatch: pytest.MonkeyPatch) -> FakeNox:
     fake = FakeNox()
     monkeypatch.setitem(sys.modules, "nox", fake)
     monkeypatch.delenv(matrix.INDEX_ENV, raising=False)
+    monkeypatch.delenv(matrix.DISCARD_ENV, raising=False)
     return fake
 
 
@@ -225,6 +228,28 @@ def test_nox_sessions_index_name_and_companions(
         matrix.nox_sessions(companions=["torchaudio"])  # when the noxfile loads, not in a session
     with pytest.raises(matrix.MatrixError, match="nox_sessions got no rows"):
         matrix.nox_sessions([])
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_nox_sessions_discard_their_environment_when_asked(
+    fake_nox: FakeNox, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fails: bool
+) -> None:
+    def tests(session: Any, row: matrix.Row) -> None:
+        if fails:
+            raise RuntimeError("the tests failed")
+
+    kept, discarded = tmp_path / "kept", tmp_path / "discarded"
+    for venv, discard in [(kept, None), (discarded, "1")]:
+        venv.mkdir()
+        (venv / "torch").write_text("a CUDA build")
+        if discard:
+            monkeypatch.setenv(matrix.DISCARD_ENV, discard)
+        matrix.nox_sessions([matrix.row("1.8")], name=venv.name)(tests)  # read when defined
+        raised = pytest.raises(RuntimeError) if fails else contextlib.nullcontext()
+        with raised:  # a failing session still deletes its environment
+            fake_nox.sessions[f"{venv.name}-1-8"].function(FakeSession(str(venv)))
+    assert (kept / "torch").exists()
+    assert not discarded.exists()
 
 
 # --- compatfn's own files, built from the table --------------------------------------------------

@@ -22,11 +22,13 @@ Example::
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 __all__ = [
     "CPU_INDEX",
+    "DISCARD_ENV",
     "INDEX_ENV",
     "ROWS",
     "MatrixError",
@@ -47,6 +49,10 @@ CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 #: Overrides the index :func:`nox_sessions` installs torch from: a URL, or ``pypi`` for the default
 #: index (PyPI's builds, or whatever pip and uv are configured to use).
 INDEX_ENV = "COMPATFN_TORCH_INDEX"
+#: Set to ``1``, each session of :func:`nox_sessions` deletes its environment when it ends, passed
+#: or failed: a run then holds one torch on disk at a time (a CUDA build takes 2-7 GB), for CI
+#: machines with little disk. ``nox -r`` finds nothing to reuse then.
+DISCARD_ENV = "COMPATFN_NOX_DISCARD"
 
 #: torch 1.x was built against NumPy 1 and breaks on NumPy 2; torch up to 2.3 warns about it.
 NUMPY_1 = "numpy<2"
@@ -358,9 +364,10 @@ def nox_sessions(
     Each session runs on the row's Python and has its torch (CPU wheels where
     :data:`CPU_INDEX` has them; see :data:`INDEX_ENV`), its pins and the ``companions``
     (``"torchvision"``, ``"torchaudio"``) installed before the function is called; the function
-    installs the project and runs its tests. ``selected`` defaults to every row (see
-    :func:`rows`); ``name`` to the function's name; ``session_options`` go to ``nox.session``
-    (``tags``, ``default``, ``reuse_venv`` ...).
+    installs the project and runs its tests. With :data:`DISCARD_ENV` set to ``1`` when the
+    noxfile loads, each session deletes its environment when it ends. ``selected`` defaults to
+    every row (see :func:`rows`); ``name`` to the function's name; ``session_options`` go to
+    ``nox.session`` (``tags``, ``default``, ``reuse_venv`` ...).
 
     Example (a noxfile)::
 
@@ -380,10 +387,12 @@ def nox_sessions(
     for r in chosen:
         r.requirements(*companions)  # a companion a row lacks: MatrixError now, not in a session
 
+    discard = os.environ.get(DISCARD_ENV) == "1"
+
     def define(func: Callable[[Any, Row], None]) -> Callable[[Any, Row], None]:
         prefix = name or func.__name__
         for r, forced in _variants(chosen, legacy):
-            session = _session(func, r, forced, companions)
+            session = _session(func, r, forced, companions, discard)
             nox.session(
                 name=session_name(prefix, r, legacy=forced), python=r.python, **session_options
             )(session)
@@ -393,15 +402,24 @@ def nox_sessions(
 
 
 def _session(
-    func: Callable[[Any, Row], None], r: Row, forced: bool, companions: Sequence[str]
+    func: Callable[[Any, Row], None],
+    r: Row,
+    forced: bool,
+    companions: Sequence[str],
+    discard: bool,
 ) -> Callable[[Any], None]:
-    """The nox session function of one row (``forced``: with ``COMPATFN_LEGACY=1``)."""
+    """The nox session function of one row (``forced``: with ``COMPATFN_LEGACY=1``; ``discard``:
+    its environment deleted when it ends)."""
 
     def session(session: Any) -> None:
         if forced:
             session.env["COMPATFN_LEGACY"] = "1"
-        install_torch(session, r, *companions)
-        func(session, r)
+        try:
+            install_torch(session, r, *companions)
+            func(session, r)
+        finally:
+            if discard:
+                shutil.rmtree(session.virtualenv.location, ignore_errors=True)
 
     forced_text = " with COMPATFN_LEGACY=1" if forced else ""
     session.__name__ = session.__qualname__ = func.__name__
