@@ -45,7 +45,7 @@ def _without(source: str, probes: bool = False, meta: bool = False, alias: bool 
         match = re.match(r"(\s*)if (.*):$", line)
         if not match or " is Tensor" not in match.group(2):
             continue
-        tests = match.group(2).split(" and ")
+        tests = _top_level_terms(match.group(2))
         if tests[0].startswith("type(out)"):  # the aliasing line: the type test, then aliasing
             kept = tests[:1] if alias else tests
         else:
@@ -56,6 +56,17 @@ def _without(source: str, probes: bool = False, meta: bool = False, alias: bool 
             ]
         lines[i] = f"{match.group(1)}if {' and '.join(kept)}:"
     return "\n".join(lines) + "\n"
+
+
+def _top_level_terms(test: str) -> List[str]:
+    """The terms of ``test`` joined by ``and`` outside any parentheses."""
+    terms, depth, start = [], 0, 0
+    for i, char in enumerate(test):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and test.startswith(" and ", i):
+            terms.append(test[start:i])
+            start = i + len(" and ")
+    return [*terms, test[start:]]
 
 
 #: The copies of the op's call: label, and what :func:`_without` takes out.
