@@ -275,6 +275,12 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
     "an int vector for an int list under the profiler": _with_scalar(
         "List[int]", "none", "int_vector", context="profiler"
     ),
+    "a sparse input (no storage: torch's aliasing rule leaves it out)": case(context="sparse"),
+    "a sparse input returned as is": case("return_input", context="sparse"),
+    "a sparse input, two outputs": case(outputs=2, context="sparse"),
+    "a sparse input beside an input requiring grad": _with_scalar(
+        "Tensor", "none", "tensor", grad=["x"], autograd=True, context="sparse"
+    ),
     "two mutated negated views are refused before the kernel runs": _with_scalar(
         "Tensor",
         "none",

@@ -132,6 +132,20 @@ def _zero_arguments(positional: list, keywords: dict) -> Tuple[list, dict, List[
     return positional, dict(zip(names, values)), tensors
 
 
+def _sparse_arguments(positional: list, keywords: dict) -> Tuple[list, dict, List[Any]]:
+    """The call's arguments with each tensor that requires no grad a sparse COO tensor of its
+    values (no storage); the tensors in order."""
+
+    def convert(t: Any) -> Any:
+        return t if t.requires_grad else t.to_sparse()
+
+    tensors: List[Any] = []
+    positional = _converted(positional, convert, tensors)
+    names = list(keywords)
+    values = _converted([keywords[n] for n in names], convert, tensors)
+    return positional, dict(zip(names, values)), tensors
+
+
 def _neg_view(value: Any) -> Any:
     """``value``, where a tensor, as a lazily negated view with its values (``-value`` viewed
     negated: gradients reach ``value``)."""
@@ -149,6 +163,8 @@ def call_arguments(case: Dict[str, Any]) -> Tuple[list, dict, List[Any], Any]:
         keywords = {k: _neg_view(v) for k, v in keywords.items()}
     if case["context"] == "zero_tensors":
         positional, keywords, tensors = _zero_arguments(positional, keywords)
+    if case["context"] == "sparse":  # each tensor argument that requires no grad, sparse
+        positional, keywords, tensors = _sparse_arguments(positional, keywords)
     mode: Any = contextlib.nullcontext()
     if case["context"] in ("meta", "fake_mode"):
         positional, keywords, tensors, mode = _abstract_arguments(

@@ -36,12 +36,22 @@ def _abstract(t: torch.Tensor) -> bool:
     return bool(t.is_meta) or type(t).__name__ == "FakeTensor" or zero
 
 
+def _values(t: torch.Tensor) -> Any:
+    """What a tensor holds: its shape where it has no data (``_abstract``), its layout and dense
+    values where it is not strided (sparse), else its values."""
+    if _abstract(t):
+        return list(t.shape)
+    if t.layout is not torch.strided:
+        return {str(t.layout): t.detach().to_dense().tolist()}
+    return t.detach().tolist()
+
+
 def _describe(value: Any, inputs: List[Any]) -> Any:
     if isinstance(value, torch.Tensor):
         same = [i for i, t in enumerate(inputs) if t is value]
         node = type(value.grad_fn).__name__ if value.grad_fn is not None else None
         return {
-            "values": list(value.shape) if _abstract(value) else value.detach().tolist(),
+            "values": _values(value),
             "requires_grad": value.requires_grad,
             "node": normalise(node) if node else None,
             "is_input": same[0] if same else None,
@@ -80,7 +90,7 @@ def outcome(case: Dict[str, Any], maker: Callable, qualname: str) -> Dict[str, A
     result["events"] = events
     versions = [t._version for t in tensors if not _is_inference(t)]
     result["versions"] = [v - s for v, s in zip(versions, start)]
-    result["inputs"] = [list(t.shape) if _abstract(t) else t.detach().tolist() for t in tensors]
+    result["inputs"] = [_values(t) for t in tensors]
     result["param"] = state["param"].detach().tolist()
     with mode:  # FakeTensors backpropagate under their mode
         result["backward"] = _backward_outcome(output, tensors, state)
@@ -99,4 +109,4 @@ def _backward_outcome(output: Any, tensors: List[Any], state: Dict[str, Any]) ->
         )
     except Exception as e:
         return {"error": _error(e)}
-    return [None if g is None else list(g.shape) if _abstract(g) else g.tolist() for g in grads]
+    return [None if g is None else _values(g) for g in grads]

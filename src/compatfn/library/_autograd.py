@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 import torch
 
 from compatfn.core import function
-from compatfn.library._facts import NEEDS_INPUT_GRAD_WRITABLE, is_alias_of, storage_id
+from compatfn.library._facts import NEEDS_INPUT_GRAD_WRITABLE, is_alias_of
 from compatfn.library._generated import generated_function
 from compatfn.library._gradients import structured_gradients, torch_checked_gradients
 from compatfn.library._kernels import checked_output, kernel_inputs, run_kernel
@@ -16,7 +16,7 @@ from compatfn.library._registration import below_autograd
 from compatfn.library._utils import (
     Definition,
     below_autograd_lines,
-    distinct_storage_source,
+    distinct_output_test,
     elidable_tail,
     flatten,
     legacy_function_class,
@@ -300,20 +300,18 @@ def _legacy_kernel_forward(op: CustomOp, count: int) -> Any:
     # The kernel, torch's aliasing rule and its conversion of the output (as torch's backend
     # kernel checks it), then setup_context: all below autograd, as torch's Autograd kernel.
     tensors = [n for _, n in op._tensor_params]
-    distinct = distinct_storage_source(
-        "$output", tensors, {"storage_id": "$storage_id", "alias_of": "$alias_of"}
-    )
     globals_.update(
         op=op,
         type=type,
         Tensor=torch.Tensor,
-        storage_id=storage_id,
         alias_of=is_alias_of,
         checked_output=checked_output,
     )
+    quick, distinct = distinct_output_test("$output", tensors, globals_)
     body = [
         f"$output = $kernel({', '.join(passed)})",
-        f"if not ($type($output) is $Tensor and {distinct}):",
+        *quick,
+        f"if not ({distinct}):",
         f"    $output = $checked_output($op, {inputs}, $output)",
     ]
     if op._setup_context is not None:

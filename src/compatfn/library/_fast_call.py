@@ -29,7 +29,6 @@ from compatfn.library._facts import (
     is_alias_of,
     is_tracing,
     profiler_enabled,
-    storage_id,
 )
 from compatfn.library._generated import generated_function
 from compatfn.library._kernels import as_autograd_returned, checked_output
@@ -37,7 +36,7 @@ from compatfn.library._utils import (
     below_autograd_lines,
     default_elidable,
     detached,
-    distinct_storage_source,
+    distinct_output_test,
     elidable,
     elidable_tail,
     fallback_source,
@@ -105,9 +104,7 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         plain += [f"not {t}.is_meta" for t in tensors]
     if HAS_LAZY_CONJ or HAS_ZERO_TENSOR:  # the dispatcher's fallbacks materialize these first
         plain += [f"not ({fallback_source(t)})" for t in tensors]
-    distinct = distinct_storage_source(
-        "$out", tensors, {"storage_id": "$storage_id", "alias_of": "$alias_of"}
-    )
+    quick, distinct = distinct_output_test("$out", tensors, globals_)
     # As torch 2.7+ and the general path: autograd, so setup_context, only in grad mode.
     requires_grad = " or ".join(f"{t}.requires_grad" for t in tensors) or "False"
     through_autograd = f"({requires_grad}) and $grad_enabled()"
@@ -156,7 +153,8 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         if count >= 2:
             short += [f"    return {again.format(checked)}"]
     short += [
-        f"if $type($out) is $Tensor and {distinct}:",
+        *quick,
+        f"if {distinct}:",
         "    return $out",
         f"return {checked}",
     ]
@@ -312,7 +310,6 @@ def generated_call(op: CustomOp) -> Any:
         "type": type,  # a parameter may be named ``type``
         "Tensor": torch.Tensor,
         "Parameter": torch.nn.Parameter,
-        "storage_id": storage_id,
         "alias_of": is_alias_of,
         "grad_enabled": torch.is_grad_enabled,
         "self": None,

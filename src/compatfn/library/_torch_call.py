@@ -27,7 +27,6 @@ from compatfn.library._facts import (
     is_alias_of,
     is_tracing,
     profiler_enabled,
-    storage_id,
     torch_autograd_backward,
     torch_function_mode_enabled,
 )
@@ -149,9 +148,7 @@ def _autograd_class(
     (See NOTE: [the torch tier's call]). ``g`` holds the defaults (``default<i>``)."""
     call = ", ".join(names)
     inputs = "(" + call + ("," if len(names) == 1 else "") + ")"
-    distinct = distinct_storage_source(
-        "$output", tensors, {"storage_id": "$storage_id", "alias_of": "$alias_of"}
-    )
+    distinct = distinct_storage_source("$output", tensors)
     lines = [f"def $function({', '.join(['$ctx', *names[:given], '$metadata'])}):"]
     lines += [f"    {n} = $default{i}" for i, n in enumerate(names) if i >= given]
     # As torch's Autograd kernel: the kernel, then setup_context, both below autograd; the output
@@ -176,7 +173,6 @@ def _autograd_class(
             "setup_context": opdef._setup_context_fn,
             "type": type,
             "Tensor": torch.Tensor,
-            "storage_id": storage_id,
             "alias_of": is_alias_of,
             "verified": verified,
             "state": opdef.__dict__,
@@ -242,9 +238,7 @@ def _short_path_lines(
     g["grad_enabled"] = torch.is_grad_enabled
     grad = f"({' or '.join(f'{t}.requires_grad' for t in tensors) or 'False'}) and $grad_enabled()"
     inference = " and ".join(f"{t}.is_inference()" for t in tensors) or "False"
-    distinct = distinct_storage_source(
-        "$out", tensors, {"storage_id": "$storage_id", "alias_of": "$alias_of"}
-    )
+    distinct = distinct_storage_source("$out", tensors)
     inputs = "(" + call + ("," if len(names) == 1 else "") + ")"
     # After the defaults are filled: each argument has exactly the type the schema wants.
     scalars = []
@@ -356,7 +350,6 @@ def generated_call(opdef: Any) -> Callable:
         "type": type,  # a parameter may be named ``type``
         "Tensor": torch.Tensor,
         "MISSING": MISSING,
-        "storage_id": storage_id,
         "alias_of": is_alias_of,
         "checked": checked_output,
         "dispatch": _dispatcher_call,

@@ -191,7 +191,10 @@ def detached(output: Any) -> Any:
 # quick test compares data pointers: a storage's data pointer is the data pointer of any tensor on
 # it at storage offset 0, and it identifies nothing for an empty tensor (every empty storage may
 # have pointer 0), so the quick test fails there and the full check decides. Meta tensors have
-# no data to alias.
+# no data to alias, and tensors of other layouts (sparse, mkldnn) no storage: torch 2.13's own op
+# leaves both out of the rule (a sparse output equal to its sparse input passes; measured), so
+# ``storage_key`` does; torch 1.8-1.12 raise for their data pointer, so there the quick test runs
+# in a ``try`` (``distinct_output_test``) and the full check decides.
 # ``storage_key`` applies the rule to one tensor (the full check); ``distinct_storage_source``
 # writes the cheapest exact test that one output shares no storage with given tensors, for the
 # op's generated call: when it fails, the call falls back to the full check.
@@ -200,7 +203,7 @@ def detached(output: Any) -> Any:
 def storage_key(t: torch.Tensor) -> Optional[int]:
     """What identifies ``t``'s storage, or None where nothing does (See NOTE: [storage
     identity])."""
-    if t.is_meta:
+    if t.is_meta or t.layout is not torch.strided:
         return None
     if storage_id is not None:
         return int(storage_id(t))
@@ -283,21 +286,34 @@ def fallback_source(t: str) -> str:
     return " or ".join(tests) or "False"
 
 
-def distinct_storage_source(out: str, tensors: Sequence[str], names: Dict[str, str]) -> str:
+def distinct_storage_source(out: str, tensors: Sequence[str]) -> str:
     """Python source that is True only when the tensor ``out`` shares a storage with none of
-    ``tensors`` (See NOTE: [storage identity]). ``names`` maps ``"alias_of"`` and
-    ``"storage_id"`` to the names the generated code gives those torch functions."""
+    ``tensors`` (See NOTE: [storage identity]); it calls ``torch._C._is_alias_of`` as
+    ``$alias_of`` where torch has it."""
     if not tensors:
         return "True"
-    if is_alias_of is not None and len(tensors) == 1:
-        return f"not {names['alias_of']}({out}, {tensors[0]})"
-    if storage_id is not None:
-        key = names["storage_id"]
-        return " and ".join(f"{key}({out}) != {key}({t})" for t in tensors)
+    if is_alias_of is not None:  # also for tensors without storage, where storage_id raises
+        return " and ".join(f"not $alias_of({out}, {t})" for t in tensors)
     # At storage offset 0 a tensor's data pointer is its storage's.
     tests = [f"not {out}.storage_offset()"]
     tests += [f"not {t}.storage_offset() and {out}.data_ptr() != {t}.data_ptr()" for t in tensors]
     return " and ".join(tests)
+
+
+def distinct_output_test(
+    out: str, tensors: Sequence[str], globals_: Dict[str, Any]
+) -> Tuple[List[str], str]:
+    """Generated lines, and the test after them, that is True only when ``out`` is a tensor
+    sharing no storage with any of ``tensors`` (See NOTE: [storage identity]); ``globals_``
+    holds ``type`` and ``Tensor`` and gets the names the lines use. Where the quick test reads
+    data pointers (torch 1.8-1.12), a tensor without storage makes it raise: False then."""
+    test = f"$type({out}) is $Tensor and {distinct_storage_source(out, tensors)}"
+    globals_["alias_of"] = is_alias_of
+    if not tensors or is_alias_of is not None:
+        return [], test
+    globals_["distinct"] = None
+    lines = ["try:", f"    $distinct = {test}", "except RuntimeError:", "    $distinct = False"]
+    return lines, "$distinct"
 
 
 def legacy_function_class(name: str, forward: Callable, backward: Callable, module: str) -> Any:
