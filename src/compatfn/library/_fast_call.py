@@ -36,7 +36,7 @@ from compatfn.library._utils import (
     below_autograd_lines,
     default_elidable,
     detached,
-    distinct_output_test,
+    distinct_output_returned,
     elidable,
     elidable_tail,
     fallback_source,
@@ -104,7 +104,6 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         plain += [f"not {t}.is_meta" for t in tensors]
     if HAS_LAZY_CONJ or HAS_ZERO_TENSOR:  # the dispatcher's fallbacks materialize these first
         plain += [f"not ({fallback_source(t)})" for t in tensors]
-    quick, distinct = distinct_output_test("$out", tensors, globals_)
     # As torch 2.7+ and the general path: autograd, so setup_context, only in grad mode.
     requires_grad = " or ".join(f"{t}.requires_grad" for t in tensors) or "False"
     through_autograd = f"({requires_grad}) and $grad_enabled()"
@@ -152,12 +151,7 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         short += ["        $out = $detached($out)"]
         if count >= 2:
             short += [f"    return {again.format(checked)}"]
-    short += [
-        *quick,
-        f"if {distinct}:",
-        "    return $out",
-        f"return {checked}",
-    ]
+    short += [*distinct_output_returned("$out", tensors, globals_), f"return {checked}"]
     return [f"if {' and '.join(plain) or 'True'}:"] + [f"    {line}" for line in short]
 
 

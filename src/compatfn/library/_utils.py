@@ -300,20 +300,42 @@ def distinct_storage_source(out: str, tensors: Sequence[str]) -> str:
     return " and ".join(tests)
 
 
+def _distinct_output_source(
+    out: str, tensors: Sequence[str], globals_: Dict[str, Any]
+) -> Tuple[str, bool]:
+    """The test that ``out`` is a tensor sharing no storage with any of ``tensors``, and whether
+    it may raise: where it reads data pointers (torch 1.8-1.12), a tensor without storage
+    (sparse, mkldnn) makes it raise ``RuntimeError``. ``globals_`` holds ``type`` and
+    ``Tensor`` and gets the names the test uses."""
+    globals_["alias_of"] = is_alias_of
+    test = f"$type({out}) is $Tensor and {distinct_storage_source(out, tensors)}"
+    return test, bool(tensors) and is_alias_of is None
+
+
 def distinct_output_test(
     out: str, tensors: Sequence[str], globals_: Dict[str, Any]
 ) -> Tuple[List[str], str]:
     """Generated lines, and the test after them, that is True only when ``out`` is a tensor
-    sharing no storage with any of ``tensors`` (See NOTE: [storage identity]); ``globals_``
-    holds ``type`` and ``Tensor`` and gets the names the lines use. Where the quick test reads
-    data pointers (torch 1.8-1.12), a tensor without storage makes it raise: False then."""
-    test = f"$type({out}) is $Tensor and {distinct_storage_source(out, tensors)}"
-    globals_["alias_of"] = is_alias_of
-    if not tensors or is_alias_of is not None:
+    sharing no storage with any of ``tensors`` (See NOTE: [storage identity]; False where a
+    tensor has no storage: the full check decides)."""
+    test, may_raise = _distinct_output_source(out, tensors, globals_)
+    if not may_raise:
         return [], test
     globals_["distinct"] = None
     lines = ["try:", f"    $distinct = {test}", "except RuntimeError:", "    $distinct = False"]
     return lines, "$distinct"
+
+
+def distinct_output_returned(
+    out: str, tensors: Sequence[str], globals_: Dict[str, Any]
+) -> List[str]:
+    """Generated lines returning ``out`` where :func:`distinct_output_test` holds (cheaper on
+    torch 1.8-1.12, whose ``try`` then holds only the test and the return)."""
+    test, may_raise = _distinct_output_source(out, tensors, globals_)
+    lines = [f"if {test}:", f"    return {out}"]
+    if not may_raise:
+        return lines
+    return ["try:", *(f"    {line}" for line in lines), "except RuntimeError:", "    pass"]
 
 
 def legacy_function_class(name: str, forward: Callable, backward: Callable, module: str) -> Any:
