@@ -31,6 +31,14 @@ _SCHEMA_TYPE = {
     "str": "str",
     "Optional[float]": "float?",
     "List[int]": "int[]",
+    "Optional[int]": "int?",
+    "Optional[bool]": "bool?",
+    "Optional[str]": "str?",
+    "List[float]": "float[]",
+    "List[bool]": "bool[]",
+    "torch.dtype": "ScalarType",
+    "torch.device": "Device",
+    "Number": "Scalar",
 }
 
 
@@ -194,6 +202,8 @@ def _mix(base: torch.Tensor, value: Any) -> torch.Tensor:
         return base + value
     if isinstance(value, str):
         return base + len(value)
+    if isinstance(value, (torch.dtype, torch.device)):
+        return base + len(str(value))
     return base
 
 

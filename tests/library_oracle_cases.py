@@ -22,6 +22,14 @@ SCALARS: Dict[str, Tuple[str, List[Any], List[Any]]] = {
     "str": ("str", ["a"], ["abc", "bytes"]),
     "Optional[float]": ("Optional[float]", [None], [None, 1.25]),
     "List[int]": ("List[int]", [], [[1, 2], (3,), "int_vector"]),
+    "Optional[int]": ("Optional[int]", [None], [None, 3, "np.int64(4)"]),
+    "Optional[bool]": ("Optional[bool]", [None], [None, True]),
+    "Optional[str]": ("Optional[str]", [None], [None, "xy"]),
+    "List[float]": ("List[float]", [], [[1.5, 2], [0.5]]),
+    "List[bool]": ("List[bool]", [], [[True, False]]),
+    "torch.dtype": ("torch.dtype", [], ["dtype:float64", "dtype:int32"]),
+    "torch.device": ("torch.device", [], ["device:cpu", "cpu"]),
+    "Number": ("torch.types.Number", [], [2, 1.5, True]),
 }
 TENSOR_TYPES = ["Tensor", "Optional[Tensor]", "List[Tensor]", "List[Optional[Tensor]]"]
 #: The values drawn for a tensor parameter of each type, some of which torch refuses (``tensor``
@@ -275,6 +283,12 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
     "an int vector for an int list under the profiler": _with_scalar(
         "List[int]", "none", "int_vector", context="profiler"
     ),
+    "None for an Optional[int]": _with_scalar("Optional[int]", "none", None),
+    "a numpy int for an Optional[int]": _with_scalar("Optional[int]", None, "np.int64(4)"),
+    "a str for a device": _with_scalar("torch.device", "none", "cpu"),
+    "a dtype": _with_scalar("torch.dtype", "none", "dtype:int32", how="kw"),
+    "ints in a float list": _with_scalar("List[float]", "none", [1.5, 2]),
+    "a bool for a Number": _with_scalar("Number", "none", True),
     "a sparse input (no storage: torch's aliasing rule leaves it out)": case(context="sparse"),
     "a sparse input returned as is": case("return_input", context="sparse"),
     "a sparse input, two outputs": case(outputs=2, context="sparse"),

@@ -48,6 +48,10 @@ def _value(spec: Any, grad: bool) -> Any:
         return 2**63
     if spec == "bytes":
         return b"ab"
+    if isinstance(spec, str) and spec.startswith("dtype:"):
+        return getattr(torch, spec[len("dtype:") :])
+    if isinstance(spec, str) and spec.startswith("device:"):
+        return torch.device(spec[len("device:") :])
     if isinstance(spec, str) and spec.startswith("np."):
         import numpy as np  # noqa: F401 (used by eval)
 
