@@ -283,6 +283,20 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
     "an int vector for an int list under the profiler": _with_scalar(
         "List[int]", "none", "int_vector", context="profiler"
     ),
+    "a keyword equal to the schema's default, through the operator": case(
+        params=[
+            _X,
+            {"name": "a0", "type": "int", "default": 2},
+            {"name": "a1", "type": "int", "default": 2},
+        ],
+        args=[
+            {"how": "pos", "value": "tensor"},
+            {"how": "left_out", "value": 3},
+            {"how": "kw", "value": 3},
+        ],
+        schema="other_defaults",
+        context="profiler",
+    ),
     "None for an Optional[int]": _with_scalar("Optional[int]", "none", None),
     "a numpy int for an Optional[int]": _with_scalar("Optional[int]", None, "np.int64(4)"),
     "a str for a device": _with_scalar("torch.device", "none", "cpu"),

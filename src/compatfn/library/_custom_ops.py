@@ -23,7 +23,13 @@ from compatfn.library import _registration
 from compatfn.library._autocast import autocast_dtype, call_autocast
 from compatfn.library._autograd import apply_autograd, autograd_function
 from compatfn.library._call_errors import check_tensor_arguments
-from compatfn.library._convert import any_left_out, conversions, given_by_position, wrong_call
+from compatfn.library._convert import (
+    MISSING,
+    any_left_out,
+    conversions,
+    given_by_position,
+    wrong_call,
+)
 from compatfn.library._facts import (
     BelowAutograd,
     autograd_excluded,
@@ -75,6 +81,8 @@ from compatfn.library._utils import (
 __all__ = ["OPS", "CustomOp"]
 
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+#: Arguments handed to the dispatcher as given where equal to their defaults.
+_PLAIN_SCALARS = (int, float, bool, str)
 #: Every op compatfn's tiers defined, by qualified name (the newest definition of each).
 OPS: Dict[str, CustomOp] = {}
 #: Every op object made for a qualified name: a new definition makes the older objects follow it.
@@ -126,6 +134,8 @@ class CustomOp:
         params = list(self._signature.parameters.values())
         self._positional = [p.name for p in params if p.kind is not p.KEYWORD_ONLY]
         self._keyword_only = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
+        #: The schema's defaults by name (a plain dict: dynamo reads it in a traced call).
+        self._defaults = {p.name: p.default for p in params}
         self._mutated = self._mutated_positions(mutates_args)
         self._conversions = conversions(qualname, self._schema, schema is None, registered)
         self._returns_list = self._schema.endswith("-> Tensor[]")
@@ -204,7 +214,7 @@ class CustomOp:
             if not self._eager_ok(inputs, keyword_only):  # the operator checks, modes see it
                 if self._mutated and not dynamo_tracing():  # See bump_zero_tensors
                     bump_zero_tensors(self, inputs)
-                positional, keywords = self._as_written(inputs, keyword_only, given, written)
+                positional, keywords = self._as_written(inputs, keyword_only, given, written, count)
                 return self._opoverload(*positional, **keywords)
             check_tensor_arguments(self, inputs, keyword_only)
             return self._apply(inputs, keyword_only, self._eager_fn, count)
@@ -220,16 +230,34 @@ class CustomOp:
         raise error
 
     def _as_written(
-        self, inputs: tuple, keyword_only: Dict[str, Any], given: tuple, written: Dict[str, Any]
+        self,
+        inputs: tuple,
+        keyword_only: Dict[str, Any],
+        given: tuple,
+        written: Dict[str, Any],
+        count: int,
     ) -> Tuple[tuple, Dict[str, Any]]:
         """The arguments, converted, laid out as the caller wrote them (``given``: the values
         given by position, ``MISSING`` after the last; ``written``: the keywords): what torch's
         own op hands the dispatcher, so that a graph records keywords as keywords and leaves
-        out what the caller left out.
+        out what the caller left out. An argument equal to its default, which the generated call
+        replaced with the kernel's own default (positions from ``count`` on, keyword-only ones),
+        is handed on as given.
 
         Example: ``op(x, scale=np.float64(3))`` gives ``((x,), {"scale": 3.0})``."""
         values = dict(zip(self._positional, inputs), **keyword_only)
-        return inputs[: len(given_by_position(given))], {name: values[name] for name in written}
+        by_position = given_by_position(given)
+        for i, name in enumerate(self._positional[count:], count):
+            if i < len(by_position) or name in written:
+                raw = by_position[i] if i < len(by_position) else written[name]
+                plain = type(raw) in _PLAIN_SCALARS
+                values[name] = raw if plain else self._defaults[name]
+        for name in self._keyword_only:
+            raw = written.get(name, MISSING)
+            if type(raw) in _PLAIN_SCALARS and raw == self._defaults[name]:
+                values[name] = raw
+        positional = tuple(values[name] for name in self._positional[: len(by_position)])
+        return positional, {name: values[name] for name in written}
 
     def _short_path_ok(self) -> bool:
         """Whether the op is simple enough for the short path (See NOTE: [the op's call])."""
