@@ -214,7 +214,8 @@ class CustomOp:
             if not self._eager_ok(inputs, keyword_only):  # the operator checks, modes see it
                 if self._mutated and not dynamo_tracing():  # See bump_zero_tensors
                     bump_zero_tensors(self, inputs)
-                positional, keywords = self._as_written(inputs, keyword_only, given, written, count)
+                values = dict(zip(self._positional, inputs), **keyword_only)
+                positional, keywords = self._as_written(values, given, written, count)
                 return self._opoverload(*positional, **keywords)
             check_tensor_arguments(self, inputs, keyword_only)
             return self._apply(inputs, keyword_only, self._eager_fn, count)
@@ -230,22 +231,16 @@ class CustomOp:
         raise error
 
     def _as_written(
-        self,
-        inputs: tuple,
-        keyword_only: Dict[str, Any],
-        given: tuple,
-        written: Dict[str, Any],
-        count: int,
+        self, values: Dict[str, Any], given: tuple, written: Dict[str, Any], count: int
     ) -> Tuple[tuple, Dict[str, Any]]:
-        """The arguments, converted, laid out as the caller wrote them (``given``: the values
-        given by position, ``MISSING`` after the last; ``written``: the keywords): what torch's
-        own op hands the dispatcher, so that a graph records keywords as keywords and leaves
-        out what the caller left out. An argument equal to its default, which the generated call
+        """The arguments (``values``, converted, by name) laid out as the caller wrote them
+        (``given`` by position, ``MISSING`` after the last; ``written`` by keyword): what
+        torch's own op hands the dispatcher, so that a graph records keywords as keywords and
+        leaves out what the caller left out. An argument equal to its default, which the call
         replaced with the kernel's own default (positions from ``count`` on, keyword-only ones),
         is handed on as given.
 
         Example: ``op(x, scale=np.float64(3))`` gives ``((x,), {"scale": 3.0})``."""
-        values = dict(zip(self._positional, inputs), **keyword_only)
         by_position = given_by_position(given)
         for i, name in enumerate(self._positional[count:], count):
             if i < len(by_position) or name in written:
