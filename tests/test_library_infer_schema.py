@@ -27,6 +27,22 @@ def test_schema_errors(tier, annotation, message):
         make(tier, "bad")(namespace["f"])
 
 
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "torch"])  # torch's own words there
+def test_an_unsupported_default_is_refused_in_torchs_words(tier):
+    """As torch 2.13's infer_schema (compatfn's words before: without its last sentence)."""
+
+    def f(x: torch.Tensor, dims: Sequence[float] = ()) -> torch.Tensor:
+        return x
+
+    words = (
+        "infer_schema(func): Parameter dims has an unsupported default value type "
+        "<class 'tuple'>. Please file an issue on GitHub so we can prioritize this. Got func "
+    )
+    with pytest.raises(ValueError) as caught:
+        make(tier, "tuple_default")(f)
+    assert str(caught.value).startswith(words)
+
+
 def test_inferred_schema_matches_torch():
     def f(
         x: torch.Tensor,

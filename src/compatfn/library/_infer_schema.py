@@ -205,7 +205,9 @@ def _inferred(fn: Callable, mutates_args: Union[str, Iterable[str]]) -> str:
             shown = _default_repr(param.default)
             if shown is None:
                 raise error(
-                    f"Parameter {name} has an unsupported default value type {type(param.default)}."
+                    f"Parameter {name} has an unsupported default value type "
+                    f"{type(param.default)}. Please file an issue on GitHub so we can prioritize "
+                    "this."
                 )
             params.append(f"{schema_type} {name}={shown}")
     missing = mutated - set(sig.parameters)
