@@ -122,6 +122,18 @@ def _abstract_arguments(
     return positional, dict(zip(names, values)), tensors, mode
 
 
+def _tensors_replaced(
+    positional: list, keywords: dict, convert: Callable[[Any], Any]
+) -> Tuple[list, dict, List[Any]]:
+    """The call's arguments with each tensor (in lists too) replaced by ``convert(tensor)``; the
+    tensors in order."""
+    tensors: List[Any] = []
+    positional = _converted(positional, convert, tensors)
+    names = list(keywords)
+    values = _converted([keywords[n] for n in names], convert, tensors)
+    return positional, dict(zip(names, values)), tensors
+
+
 def _zero_arguments(positional: list, keywords: dict) -> Tuple[list, dict, List[Any]]:
     """The call's arguments with each tensor that requires no grad a ZeroTensor of its shape and
     dtype (torch >= 1.11); the tensors in order."""
@@ -129,25 +141,15 @@ def _zero_arguments(positional: list, keywords: dict) -> Tuple[list, dict, List[
     def convert(t: Any) -> Any:
         return t if t.requires_grad else torch._efficientzerotensor(t.shape, dtype=t.dtype)
 
-    tensors: List[Any] = []
-    positional = _converted(positional, convert, tensors)
-    names = list(keywords)
-    values = _converted([keywords[n] for n in names], convert, tensors)
-    return positional, dict(zip(names, values)), tensors
+    return _tensors_replaced(positional, keywords, convert)
 
 
 def _sparse_arguments(positional: list, keywords: dict) -> Tuple[list, dict, List[Any]]:
     """The call's arguments with each tensor that requires no grad a sparse COO tensor of its
     values (no storage); the tensors in order."""
-
-    def convert(t: Any) -> Any:
-        return t if t.requires_grad else t.to_sparse()
-
-    tensors: List[Any] = []
-    positional = _converted(positional, convert, tensors)
-    names = list(keywords)
-    values = _converted([keywords[n] for n in names], convert, tensors)
-    return positional, dict(zip(names, values)), tensors
+    return _tensors_replaced(
+        positional, keywords, lambda t: t if t.requires_grad else t.to_sparse()
+    )
 
 
 def _neg_view(value: Any) -> Any:
