@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -39,6 +39,12 @@ _SCHEMA_TYPE = {
     "torch.dtype": "ScalarType",
     "torch.device": "Device",
     "Number": "Scalar",
+    "Optional[List[int]]": "int[]?",
+    "Sequence[int]": "int[]",
+    "Sequence[float]": "float[]",
+    "Optional[torch.dtype]": "ScalarType?",
+    "Optional[torch.device]": "Device?",
+    "List[Number]": "Scalar[]",
 }
 
 
@@ -64,8 +70,14 @@ def _schema(case: Dict[str, Any]) -> Optional[str]:
     return f"({', '.join(parts)}) -> {returns}"
 
 
+#: Another default of a dtype or device default (a spec, as ``library_oracle_contexts`` reads).
+_OTHER_SPEC = {"dtype:float32": "dtype:float64", "device:cpu": "device:cuda"}
+
+
 def _other_default(value: Any) -> Any:
     """Another default of the same type (the schema's, not the kernel's)."""
+    if value in _OTHER_SPEC:
+        return _OTHER_SPEC[value]
     if isinstance(value, bool):
         return not value
     if isinstance(value, (int, float)):
@@ -78,6 +90,10 @@ def _other_default(value: Any) -> Any:
 def _schema_default(value: Any, kind: str) -> str:
     if value is None:
         return "None"
+    if isinstance(value, str) and value.startswith("dtype:"):
+        return value[len("dtype:") :]
+    if isinstance(value, str) and value.startswith("device:"):
+        return f'"{value[len("device:") :]}"'
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, str):
@@ -156,6 +172,10 @@ def _kernel_source(case: Dict[str, Any]) -> str:
 
 
 def _py_default(value: Any) -> str:
+    if isinstance(value, str) and value.startswith("dtype:"):
+        return "torch." + value[len("dtype:") :]
+    if isinstance(value, str) and value.startswith("device:"):
+        return f"torch.device({value[len('device:') :]!r})"
     if isinstance(value, float) and value == 0.0 and math.copysign(1.0, value) < 0:
         return "-0.0"
     return repr(value)
@@ -198,8 +218,8 @@ def _mix(base: torch.Tensor, value: Any) -> torch.Tensor:
         return base + (3 if value else 5)
     if isinstance(value, float):
         return base + math.copysign(1.0, value) * (1 + abs(value))
-    if isinstance(value, int):
-        return base + value
+    if isinstance(value, int):  # as a float: torch 1.8-2.0 cannot add an int beyond int64
+        return base + float(value)
     if isinstance(value, str):
         return base + len(value)
     if isinstance(value, (torch.dtype, torch.device)):
@@ -218,6 +238,7 @@ def build(case: Dict[str, Any], maker: Callable, qualname: str) -> Tuple[Any, Di
         "torch": torch,
         "Optional": Optional,
         "List": List,
+        "Sequence": Sequence,
         "Tuple": Tuple,
         "state": state,
         "_seen": _seen,

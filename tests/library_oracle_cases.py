@@ -21,15 +21,25 @@ SCALARS: Dict[str, Tuple[str, List[Any], List[Any]]] = {
     "bool": ("bool", [False, True], [True, False, "np.bool_(True)"]),
     "str": ("str", ["a"], ["abc", "bytes"]),
     "Optional[float]": ("Optional[float]", [None], [None, 1.25]),
-    "List[int]": ("List[int]", [], [[1, 2], (3,), "int_vector"]),
+    "List[int]": ("List[int]", [], [[1, 2], (3,), "int_vector", 3]),
     "Optional[int]": ("Optional[int]", [None], [None, 3, "np.int64(4)"]),
     "Optional[bool]": ("Optional[bool]", [None], [None, True]),
     "Optional[str]": ("Optional[str]", [None], [None, "xy"]),
     "List[float]": ("List[float]", [], [[1.5, 2], [0.5]]),
     "List[bool]": ("List[bool]", [], [[True, False]]),
-    "torch.dtype": ("torch.dtype", [], ["dtype:float64", "dtype:int32"]),
-    "torch.device": ("torch.device", [], ["device:cpu", "cpu"]),
-    "Number": ("torch.types.Number", [], [2, 1.5, True]),
+    "torch.dtype": ("torch.dtype", ["dtype:float32"], ["dtype:float64", "dtype:int32"]),
+    "torch.device": ("torch.device", ["device:cpu"], ["device:cpu", "cpu", "cuda:1"]),
+    "Number": (
+        "torch.types.Number",
+        [2, 1.5],
+        [2, 1.5, True, "np.float64(2.5)", "np.int64(4)", "dtype:float64", "int64_overflow"],
+    ),
+    "Optional[List[int]]": ("Optional[List[int]]", [None], [None, [1, 2], "int_vector"]),
+    "Sequence[int]": ("Sequence[int]", [], [[1, 2], (3,)]),
+    "Sequence[float]": ("Sequence[float]", [], [[1.5], (2, 0.5)]),
+    "Optional[torch.dtype]": ("Optional[torch.dtype]", [None], [None, "dtype:float64"]),
+    "Optional[torch.device]": ("Optional[torch.device]", [None], [None, "cpu"]),
+    "List[Number]": ("List[torch.types.Number]", [], [[1, 2.5], [True], (2,), 3]),
 }
 TENSOR_TYPES = ["Tensor", "Optional[Tensor]", "List[Tensor]", "List[Optional[Tensor]]"]
 #: The values drawn for a tensor parameter of each type, some of which torch refuses (``tensor``
@@ -200,7 +210,19 @@ def _with_scalar(
 #: The first parameter of most explicit cases.
 _X = {"name": "x", "type": "Tensor", "default": "none"}
 
+
 #: Shrunk failures of the generated cases, each kept as an explicit case (name -> case).
+def _refused_after_generator(args: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """A case of ``x`` and two tensor lists given ``args``, under forward AD (through the
+    operator)."""
+    lists = [{"name": f"a{i}", "type": "List[Tensor]", "default": "none"} for i in range(2)]
+    return case(
+        params=[_X, *lists],
+        args=[{"how": "pos", "value": "tensor"}, *args],
+        context="forward_ad_level",
+    )
+
+
 REGRESSIONS: Dict[str, Dict[str, Any]] = {
     "a list for a tuple runs the kernel once": case("list_for_tuple", 2),
     "a list for a tuple, input requiring grad": case(
@@ -303,6 +325,34 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
     "a dtype": _with_scalar("torch.dtype", "none", "dtype:int32", how="kw"),
     "ints in a float list": _with_scalar("List[float]", "none", [1.5, 2]),
     "a bool for a Number": _with_scalar("Number", "none", True),
+    "a Number equal to its default, input requiring grad": _with_scalar(
+        "Number", 2, 2, grad=["x"], autograd=True
+    ),
+    "a Number of another kind than its default": _with_scalar("Number", 2, 2.0, grad=["x"]),
+    "a Number left out, the schema's default another": _with_scalar(
+        "Number", 1.5, 0, how="left_out", schema="other_defaults"
+    ),
+    "a dtype equal to its default, input requiring grad": _with_scalar(
+        "torch.dtype", "dtype:float32", "dtype:float32", grad=["x"], autograd=True
+    ),
+    "a str equal to a device default, input requiring grad": _with_scalar(
+        "torch.device", "device:cpu", "cpu", grad=["x"], autograd=True
+    ),
+    "a device left out, the schema's default another": _with_scalar(
+        "torch.device", "device:cpu", "cpu", how="left_out", schema="other_defaults"
+    ),
+    "a dtype left out, the schema's default another": _with_scalar(
+        "torch.dtype", "dtype:float32", "dtype:int32", how="left_out", schema="other_defaults"
+    ),
+    "np.float64 for a Number": _with_scalar("Number", "none", "np.float64(2.5)"),
+    "np.int64 for a Number": _with_scalar("Number", "none", "np.int64(4)"),
+    "a dtype for a Number": _with_scalar("Number", "none", "dtype:float64"),
+    "an int beyond int64 for a Number": _with_scalar("Number", "none", "int64_overflow"),
+    "an int for an int list": _with_scalar("List[int]", "none", 3),
+    "an int for a Number list": _with_scalar("List[Number]", "none", 3),
+    "a bool for a Number, through the operator": _with_scalar(
+        "Number", "none", True, context="forward_ad_level"
+    ),
     "a sparse input (no storage: torch's aliasing rule leaves it out)": case(context="sparse"),
     "a sparse input returned as is": case("return_input", context="sparse"),
     "a sparse input, two outputs": case(outputs=2, context="sparse"),
@@ -372,6 +422,12 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
     ),
     "a declared mutation of a ZeroTensor and of a tensor requiring grad": _with_scalar(
         "Tensor", "none", "tensor", mutates=["a0", "x"], grad=["x"], context="zero_tensors"
+    ),
+    "a generator, then a refused argument, through the operator": _refused_after_generator(
+        [{"how": "pos", "value": "generator"}, {"how": "kw", "value": "tensor"}]
+    ),
+    "a refused argument, then a generator, through the operator": _refused_after_generator(
+        [{"how": "kw", "value": "tensor"}, {"how": "kw", "value": "generator"}]
     ),
 }
 

@@ -3,7 +3,8 @@ calls of compatfn's tiers that do not go through it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict
+import types
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
 
 import torch
 
@@ -12,7 +13,7 @@ from compatfn.library._infer_schema import declared_arguments, schema_for_this_t
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
 
-__all__ = ["check_tensor_arguments", "declaration", "expected_error"]
+__all__ = ["check_tensor_arguments", "declaration", "expected_error", "generators_listed"]
 
 
 def declaration(qualname: str, schema: str) -> str:
@@ -36,21 +37,36 @@ _PYBIND_CAST = (
 )
 
 
+#: ``expected_error``'s culprit where the value itself cannot be cast.
+_THE_VALUE: Any = object()
+
+
 def expected_error(
-    qualname: str, schema: str, name: str, shown: str, value: Any, culprit: Any = None
+    qualname: str,
+    schema: str,
+    name: str,
+    shown: str,
+    value: Any,
+    culprit: Any = _THE_VALUE,
+    python_error: Optional[Exception] = None,
 ) -> RuntimeError:
     """torch's error for an argument of the wrong type (``shown``: the type as torch names it;
-    ``culprit``: the element of a list that cannot be cast, else the value itself)."""
+    ``culprit``: the element of a list that cannot be cast, else the value itself;
+    ``python_error``: the Python error reading it raised, for a list torch reads itself)."""
     arguments = [argument for _, argument in declared_arguments(schema)]
-    if shown in ("Tensor", "Optional[Tensor]"):
-        details = f"Unable to cast {value!r} to Tensor"
+    culprit = value if culprit is _THE_VALUE else culprit
+    if python_error is not None:
+        details = f"\n Python error details: {type(python_error).__name__}: {python_error}"
+    elif shown in ("Tensor", "Optional[Tensor]"):
+        details = f"\nCast error details: Unable to cast {value!r} to Tensor"
+    elif "number" in shown:
+        details = f"\nCast error details: Cannot cast {culprit!s} to number"
     else:
-        details = _PYBIND_CAST.format(type(value if culprit is None else culprit))
+        details = "\nCast error details: " + _PYBIND_CAST.format(type(culprit))
     return RuntimeError(
         f"{qualname}() Expected a value of type '{shown}' for argument '{name}' but instead "
         f"found type '{type(value).__name__}'.\nPosition: {arguments.index(name)}\n"
-        f"Value: {value!r}\nDeclaration: {declaration(qualname, schema)}\n"
-        f"Cast error details: {details}"
+        f"Value: {value!r}\nDeclaration: {declaration(qualname, schema)}{details}"
     )
 
 
@@ -64,3 +80,27 @@ def check_tensor_arguments(op: CustomOp, inputs: tuple, keyword_only: Dict[str, 
             continue
         if not hasattr(value, "__torch_function__"):
             raise expected_error(op._qualname, op._schema, name, "Tensor", value)
+
+
+def generators_listed(
+    names: Sequence[str], given: tuple, kwargs: Dict[str, Any], converted: Dict[str, Any]
+) -> Tuple[tuple, Dict[str, Any]]:
+    """The arguments of a refused call (``given`` for the parameters ``names`` by position,
+    ``kwargs`` by keyword) with each generator made a list: the conversion's own (``converted``,
+    by name) where it read the generator already, else read now. torch before 2.4 refuses a
+    generator for a ``Tensor[]``; torch 2.13 reads it and names the argument it refuses.
+
+    Example::
+
+        >>> gen = (t for t in ())
+        >>> generators_listed(["x", "ts"], (1, gen), {}, {"ts": []})
+        ((1, []), {})
+    """
+
+    def listed(name: str, value: Any) -> Any:
+        if not isinstance(value, types.GeneratorType):
+            return value
+        return converted[name] if name in converted else list(value)
+
+    positional = tuple(listed(name, value) for name, value in zip(names, given))
+    return positional, {name: listed(name, value) for name, value in kwargs.items()}

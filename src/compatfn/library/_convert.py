@@ -10,7 +10,6 @@ own custom_op): a kernel sees the same values on every torch.
 from __future__ import annotations
 
 import inspect
-import numbers
 import re
 import types
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -18,8 +17,9 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional,
 import torch
 
 from compatfn.library._call_errors import expected_error
-from compatfn.library._facts import HAS_ZERO_TENSOR, SCALAR_TYPE_NUMBERS, int_type
+from compatfn.library._facts import HAS_ZERO_TENSOR, int_type
 from compatfn.library._no_operator import needs_dispatcher
+from compatfn.library._scalars import SCALARS
 
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
@@ -45,87 +45,19 @@ Conversion = Tuple[Optional[type], bool, Callable[[Any], Any]]
 _ARGUMENT = re.compile(r"(?P<type>[A-Za-z]+(?:\([^)]*\))?\??(?:\[\])?\??) (?P<name>\w+)")
 
 
-def _is_number_tensor(value: Any) -> bool:
-    """A tensor of one element, of any shape: the dispatcher takes it for a number."""
-    return isinstance(value, torch.Tensor) and value.numel() == 1
-
-
-_INT64 = range(-(2**63), 2**63)
-
-
-def _to_float(value: Any) -> Any:
-    """A float; None (torch's error) for an int beyond float's range (``10**400``)."""
-    if isinstance(value, numbers.Real) or _is_number_tensor(value):
-        try:
-            return float(value)
-        except OverflowError:
-            return None
-    return None
-
-
-def _to_int(value: Any) -> Any:
-    """An int; None (torch's error) for one outside int64."""
-    if isinstance(value, numbers.Integral) or _is_number_tensor(value):
-        result = int(value)
-        return result if result in _INT64 else None
-    return None
-
-
-def _is_numpy_bool(value: Any) -> bool:
-    return type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")
-
-
-def _to_bool(value: Any) -> Any:
-    if isinstance(value, numbers.Real) or _is_number_tensor(value) or _is_numpy_bool(value):
-        return bool(value)
-    return None
-
-
-def _to_str(value: Any) -> Any:
-    """A str; ``bytes`` decoded, as torch's argument parser takes them."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bytes):
-        try:
-            return value.decode()
-        except UnicodeDecodeError:
-            return None
-    return None
-
-
-def _to_device(value: Any) -> Any:
-    if isinstance(value, (str, torch.device)):
-        return torch.device(value)
-    return None
-
-
-def _to_number(value: Any) -> Any:
-    """A ``Scalar`` (``torch.types.Number``): any Python number, passed as it is."""
-    return value if isinstance(value, numbers.Number) else None
-
-
-#: ScalarType number -> dtype: the dispatcher takes an int for a ``ScalarType`` (True is 1).
-_DTYPES = {number: getattr(torch, name) for name, number in SCALAR_TYPE_NUMBERS.items()}
-
-
-def _to_dtype(value: Any) -> Any:
-    if isinstance(value, torch.dtype):
-        return value
-    if isinstance(value, int):
-        if value not in _DTYPES:
-            raise RuntimeError("unsupported scalarType")
-        return _DTYPES[value]
-    return None
-
-
 # NOTE: [what the dispatcher takes for a list]
 # Measured on torch 2.13's own custom_op (the newest torch behaves the same; 2.4 differs in
 # places, and compatfn's tiers follow 2.13): a ``Tensor[]`` argument is a list, a tuple or a
 # generator of tensors (not a tensor, not ``None`` in it unless the type is ``Tensor?[]``, not
-# another iterator); a list of scalars is any sequence (a list, a tuple, a range, a numpy array),
-# and a ``SymInt[]`` (what torch >= 2.0 infers from ``List[int]``; a written ``int[]`` is not) is
-# also a 1-D tensor of an integer dtype (its values). A ``Tensor?`` is None or a tensor. An object
-# that takes part in ``__torch_function__`` (a torch.fx proxy) passes for any of them.
+# another iterator). A ``SymInt[]`` (what torch >= 2.0 infers from ``List[int]``; a written
+# ``int[]`` is not) and a ``Scalar[]`` are read by torch's own loop: any iterable (a set, a
+# dict's keys, a str's characters, bytes as ints; for a ``SymInt[]`` an iterator is read twice,
+# so it gives an empty list, and a tensor only as a 1-D tensor of an integer dtype, its values);
+# what is not iterable gets Python's "not iterable" in the error. Other lists of scalars
+# (``float[]``, ``bool[]``, a written ``int[]``) are any sequence (a list, a tuple, a range, a
+# numpy array; torch 2.13's pybind11 also takes sets, dict views and generators, which compatfn's
+# conversion refuses). A ``Tensor?`` is None or a tensor. An object that takes part in
+# ``__torch_function__`` (a torch.fx proxy) passes for any of them.
 
 
 def _is_sequence(value: Any) -> bool:
@@ -193,20 +125,6 @@ def _optional_tensor(error: Callable[..., RuntimeError]) -> Callable[[Any], Any]
     return converted
 
 
-#: Schema base type -> (its Python type, the name torch's message uses, the converter that
-#: returns None for a value of the wrong type).
-_SCALARS: Dict[str, Tuple[type, str, Callable[[Any], Any]]] = {
-    "float": (float, "float", _to_float),
-    "int": (int, "int", _to_int),
-    "SymInt": (int, "int", _to_int),
-    "bool": (bool, "bool", _to_bool),
-    "str": (str, "str", _to_str),
-    "Device": (torch.device, "Device", _to_device),
-    "ScalarType": (torch.dtype, "int", _to_dtype),
-    "Scalar": (object, "number", _to_number),  # no value's type is object: always converted
-}
-
-
 def _conversion(
     qualname: str, schema: str, name: str, schema_type: str, inferred: bool, operator: bool
 ) -> Optional[Conversion]:
@@ -215,8 +133,8 @@ def _conversion(
     is_list = base.endswith("[]")
     base = base[: -len("[]")] if is_list else base
 
-    def error(value: Any, culprit: Any = None) -> RuntimeError:
-        return expected_error(qualname, schema, name, shown, value, culprit)
+    def error(value: Any, *culprit: Any) -> RuntimeError:
+        return expected_error(qualname, schema, name, shown, value, *culprit)
 
     if is_list and base.startswith("Tensor"):
         shown = "List[Optional[Tensor]]" if base.endswith("?") else "List[Tensor]"
@@ -224,9 +142,9 @@ def _conversion(
     if base.startswith("Tensor") and optional:
         shown = "Optional[Tensor]"
         return torch.Tensor, True, _optional_tensor(error)
-    if base not in _SCALARS:
+    if base not in SCALARS:
         return None  # tensors: checked where they are used
-    kind, type_name, convert = _SCALARS[base]
+    kind, type_name, convert = SCALARS[base]
     # torch < 2.0 has no SymInt: an inferred int there is what torch >= 2.0 infers as SymInt
     symint = base == "SymInt" or (base == "int" and inferred and int_type() == "int")
     shown = f"List[{type_name}]" if is_list else type_name
@@ -245,10 +163,27 @@ def _conversion(
     def _scalar_list(value: Any) -> List[Any]:
         if symint and _is_integer_vector(value):  # an operator reads it where it is called
             return value if operator and needs_dispatcher() else _values(value)
+        if base == "Scalar" or (symint and not isinstance(value, torch.Tensor)):
+            return _read_list(value)
         if not (isinstance(value, (list, tuple)) or _is_sequence(value)):
             raise error(value)
-        items: List[Any] = [convert(v) for v in value]
-        for item, v in zip(items, value):
+        return _items(value, list(value))
+
+    def _read_list(value: Any) -> List[Any]:
+        """A ``SymInt[]`` or ``Scalar[]``, which torch reads itself (See NOTE: [what the
+        dispatcher takes for a list])."""
+        try:
+            iterator = iter(value)
+        except TypeError as exc:
+            raise expected_error(qualname, schema, name, shown, value, python_error=exc) from None
+        values = list(iterator)
+        if symint and iterator is value:  # read twice: the second time finds it empty
+            return []
+        return _items(value, values)
+
+    def _items(value: Any, values: List[Any]) -> List[Any]:
+        items: List[Any] = [convert(v) for v in values]
+        for item, v in zip(items, values):
             if item is None:
                 raise error(value, v)
         return items

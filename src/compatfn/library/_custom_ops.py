@@ -22,7 +22,7 @@ from compatfn.core import _dynamo_tracing as dynamo_tracing
 from compatfn.library import _registration
 from compatfn.library._autocast import autocast_dtype, call_autocast
 from compatfn.library._autograd import apply_autograd, autograd_function
-from compatfn.library._call_errors import check_tensor_arguments
+from compatfn.library._call_errors import check_tensor_arguments, generators_listed
 from compatfn.library._convert import (
     MISSING,
     any_left_out,
@@ -222,11 +222,22 @@ class CustomOp:
         check_tensor_arguments(self, inputs, keyword_only)
         return call_without_operator(self, inputs, keyword_only, count)
 
-    def _refused(self, error: RuntimeError, given: tuple, args: tuple, kwargs: Any) -> Any:
+    def _refused(
+        self,
+        error: RuntimeError,
+        given: tuple,
+        args: tuple,
+        kwargs: Dict[str, Any],
+        converted: Dict[str, Any],
+    ) -> Any:
         """A call with an argument the conversions refuse (``error``, torch 2.13's): through the
         operator where the call needs it (a mode sees the call before the operator refuses it,
-        with the error of the torch that runs; torch.fx records it), else ``error``."""
+        with the error of the torch that runs; torch.fx records it), else ``error``. A generator
+        (for a ``Tensor[]``) goes on as a list: the one in ``converted`` (the arguments before
+        the refused one, converted) where the conversion read it, else read now; torch before
+        2.4 refuses a generator, and torch 2.13 then names the refused argument."""
         if needs_dispatcher() or torch_function_arguments((*given, *args), kwargs):
+            given, kwargs = generators_listed(self._positional, given, kwargs, converted)
             return wrong_call(self, given, args, kwargs)
         raise error
 

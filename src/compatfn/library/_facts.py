@@ -30,6 +30,8 @@ __all__ = [
     "CUSTOM_OP_DEF_FIELDS",
     "CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS",
     "DISPATCHER_TESTS",
+    "DTYPE_OF_NUMBER",
+    "ENUM_NUMBERS",
     "HAS_INFERENCE_MODE",
     "HAS_IS_INFERENCE",
     "HAS_LAZY_CONJ",
@@ -41,6 +43,7 @@ __all__ = [
     "HAS_ZERO_TENSOR",
     "NEEDS_INPUT_GRAD_WRITABLE",
     "RESERVED_NAMESPACES",
+    "SCALAR_TYPE_NUMBERS",
     "TIER",
     "TORCH_CUSTOM_OP",
     "TORCH_CUSTOM_OP_TAKES_TAGS",
@@ -558,22 +561,98 @@ def _refuses(infer: Callable, fn: Callable) -> bool:
     return False
 
 
-#: c10's ScalarType numbers (fixed in c10/core/ScalarType.h since torch 1.0), for the schema
-#: default of a dtype parameter on torch < 2.4.
-# Upstream: https://github.com/pytorch/pytorch/blob/v1.13.1/c10/core/ScalarType.h#L43
+#: c10's ScalarType numbers (fixed in c10/core/ScalarType.h since torch 1.0; a new dtype gets the
+#: next number), for the schema default of a dtype parameter on torch < 2.4, an int given for a
+#: dtype, and a dtype given for a number (the dispatcher passes its number). The dtypes this
+#: torch lacks are left out where the tables are read.
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/core/ScalarType.h
 SCALAR_TYPE_NUMBERS: Dict[str, int] = {
-    "uint8": 0,
-    "int8": 1,
-    "int16": 2,
-    "int32": 3,
-    "int64": 4,
-    "float16": 5,
-    "float32": 6,
-    "float64": 7,
-    "complex64": 9,
-    "complex128": 10,
-    "bool": 11,
-    "bfloat16": 15,
+    name: number
+    for number, name in enumerate(
+        [
+            "uint8",
+            "int8",
+            "int16",
+            "int32",
+            "int64",
+            "float16",
+            "float32",
+            "float64",
+            "complex32",
+            "complex64",
+            "complex128",
+            "bool",
+            "qint8",
+            "quint8",
+            "qint32",
+            "bfloat16",
+            "quint4x2",
+            "quint2x4",
+            "bits1x8",
+            "bits2x4",
+            "bits4x2",
+            "bits8",
+            "bits16",
+            "float8_e5m2",
+            "float8_e4m3fn",
+            "float8_e5m2fnuz",
+            "float8_e4m3fnuz",
+            "uint16",
+            "uint32",
+            "uint64",
+            "uint1",
+            "uint2",
+            "uint3",
+            "uint4",
+            "uint5",
+            "uint6",
+            "uint7",
+            "int1",
+            "int2",
+            "int3",
+            "int4",
+            "int5",
+            "int6",
+            "int7",
+            "float8_e8m0fnu",
+            "float4_e2m1fn_x2",
+        ]
+    )
+}
+#: ScalarType number -> dtype: the dispatcher takes an int for a ``ScalarType`` (True is 1), and
+#: the schema parser gives a dtype default as its number.
+DTYPE_OF_NUMBER = {
+    number: getattr(torch, name)
+    for name, number in SCALAR_TYPE_NUMBERS.items()
+    if isinstance(getattr(torch, name, None), torch.dtype)
+}
+#: c10's Layout and QScheme numbers: the dispatcher passes them for a layout or a quantization
+#: scheme given for a number (measured on torch 2.13: ``torch.sparse_csc`` is 4).
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/core/Layout.h
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/core/QScheme.h
+_ENUM_NAMES = {
+    "strided": 0,
+    "sparse_coo": 1,
+    "sparse_csr": 2,
+    "_mkldnn": 3,
+    "sparse_csc": 4,
+    "sparse_bsr": 5,
+    "sparse_bsc": 6,
+    "jagged": 7,
+    "per_tensor_affine": 0,
+    "per_channel_affine": 1,
+    "per_tensor_symmetric": 2,
+    "per_channel_symmetric": 3,
+    "per_channel_affine_float_qparams": 4,
+}
+#: dtype, layout or quantization scheme -> the number the dispatcher passes for it as a number.
+ENUM_NUMBERS: Dict[Any, int] = {
+    **{dtype: number for number, dtype in DTYPE_OF_NUMBER.items()},
+    **{
+        getattr(torch, name): number
+        for name, number in _ENUM_NAMES.items()
+        if isinstance(getattr(torch, name, None), (torch.layout, torch.qscheme))
+    },
 }
 
 

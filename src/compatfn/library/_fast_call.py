@@ -192,6 +192,7 @@ def _argument_lines(op: CustomOp, given: str, globals_: Dict[str, Any]) -> List[
         "if $args:",
         f"    {wrong}",
     ]
+    converted_so_far: List[str] = []  # for CustomOp._refused: a generator is read once
     for i, p in enumerate(op._signature.parameters.values()):
         name, conversion = p.name, op._conversions.get(p.name)
         # ``x.__class__ is $Missing``: dynamo 2.1-2.2 traces neither ``x is y`` for a tensor or a
@@ -216,9 +217,11 @@ def _argument_lines(op: CustomOp, given: str, globals_: Dict[str, Any]) -> List[
         body += ["elif not $dynamo_tracing():" if raw_under_dynamo else "else:"]
         if op._opoverload is not None:  # a value it refuses: see CustomOp._refused
             body += ["    try:", f"        {converted}", "    except $RuntimeError as $refusal:"]
-            body += [f"        return $self._refused($refusal, {given}, $args, $kwargs)"]
+            so_far = "{" + ", ".join(f"{n!r}: {n}" for n in converted_so_far) + "}"
+            body += [f"        return $self._refused($refusal, {given}, $args, $kwargs, {so_far})"]
         else:
             body += [f"    {converted}"]
+        converted_so_far.append(name)
         if kind is None:  # always converted
             lines += body
             continue
@@ -248,7 +251,7 @@ def _elided_default_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
             test = f"{p.name} is None"
         else:
             globals_[f"default{i}"] = p.default
-            test = _equal_test(op, p.name, f"$default{i}", globals_)
+            test = _equal_test(op, p.name, f"$default{i}", p.default, globals_)
         lines += [f"{indent}if {test}:", f"{indent}    $n = {i}"]
         if p.default is not None or own is not None:
             globals_[f"own_default{i}"] = own
@@ -267,18 +270,22 @@ def _elided_keyword_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         own = op._kernel_defaults.get(p.name, p.default)
         globals_[f"default_{p.name}"] = p.default
         globals_[f"own_default_{p.name}"] = own
-        test = _equal_test(op, p.name, f"$default_{p.name}", globals_)
+        test = _equal_test(op, p.name, f"$default_{p.name}", p.default, globals_)
         lines += [f"if {test}:", f"    {p.name} = $own_default_{p.name}"]
     return lines
 
 
-def _equal_test(op: CustomOp, name: str, default: str, globals_: Dict[str, Any]) -> str:
-    """Source testing the argument ``name`` equal to ``default``; where dynamo may trace the
-    call, of the converted type first: under dynamo a value reaches the operator unconverted (a
-    numpy scalar, which dynamo compares as a tensor) and the operator leaves it out itself."""
-    if op._opoverload is None or not HAS_DYNAMO:
-        return f"{name} == {default}"
+def _equal_test(op: CustomOp, name: str, default: str, value: Any, globals_: Dict[str, Any]) -> str:
+    """Source testing the argument ``name`` equal to ``default`` (its source; ``value``: the
+    default itself); where dynamo may trace the call, of the converted type first: under dynamo
+    a value reaches the operator unconverted (a numpy scalar, which dynamo compares as a tensor)
+    and the operator leaves it out itself. A ``Scalar`` of the default's own kind only (See
+    NOTE: [arguments equal to their defaults])."""
     kind = op._conversions.get(name, (list,))[0] or list
+    if kind is object:  # a Scalar
+        kind = type(value)
+    elif op._opoverload is None or not HAS_DYNAMO:
+        return f"{name} == {default}"
     globals_[f"exactly_{name}"] = kind
     return f"$type({name}) is $exactly_{name} and {name} == {default}"
 

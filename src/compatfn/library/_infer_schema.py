@@ -13,6 +13,7 @@ import torch
 import torch.types
 
 from compatfn.library._facts import (
+    DTYPE_OF_NUMBER,
     SCALAR_TYPE_NUMBERS,
     VIEW_OPS_SINCE,
     int_type,
@@ -312,6 +313,8 @@ def schema_signature(name: str, schema: str, fn: Callable) -> inspect.Signature:
         )
         default = argument.default_value if "=" in text else inspect.Parameter.empty
         schema_type = re.sub(r"\(.*?\)", "", text.split()[0])
+        if schema_type.rstrip("?") == "ScalarType" and type(default) is int:
+            default = DTYPE_OF_NUMBER[default]  # the parser reads a dtype default as its number
         annotation = _ANNOTATIONS.get(schema_type, inspect.Parameter.empty)
         parameters.append(
             inspect.Parameter(argument.name, kind, default=default, annotation=annotation)

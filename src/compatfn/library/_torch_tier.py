@@ -86,6 +86,22 @@ def _trimming_opdef_class() -> type:
     return type(base.__name__, (base,), {"register_autograd": register_autograd})
 
 
+def _torch_infers(fn: Callable, mutates_args: Union[str, Iterable[str]]) -> bool:
+    """Whether torch's own schema inference (what its custom_op runs) takes ``fn``: where it
+    refuses it (torch 2.4.1: a dtype default), torch's custom_op gives its own error."""
+    infer = getattr(torch.library, "infer_schema", None)  # torch >= 2.5
+    if infer is None:
+        try:  # torch 2.4
+            from torch._library.infer_schema import infer_schema as infer
+        except ImportError:  # a torch that moved it: compatfn's inference stands
+            return True
+    try:
+        infer(fn, mutates_args=mutates_args)
+    except ValueError:
+        return False
+    return True
+
+
 def define_with_torch(
     name: str,
     fn: Callable,
@@ -100,8 +116,9 @@ def define_with_torch(
         # See NOTE: [string annotations]; torch 2.4's own inference writes a dtype default that
         # its parser refuses (``parser_reads_dtype_names``).
         inferred = infer_schema(fn, mutates_args=mutates_args)
-        if strings or schema_for_this_torch(inferred) != inferred:
-            schema = schema_for_this_torch(inferred)
+        readable = schema_for_this_torch(inferred)
+        if strings or (readable != inferred and _torch_infers(fn, mutates_args)):
+            schema = readable
     if tags is not None and not TORCH_CUSTOM_OP_TAKES_TAGS:
         raise RuntimeError(
             f"custom_op({name!r}): torch {torch.__version__} cannot attach tags to a custom op "

@@ -231,7 +231,9 @@ def aliases_any(inputs: Iterable[Any], outputs: Iterable[Any]) -> bool:
 # and values of different kinds never compare equal: a ``bool`` default of an ``int`` parameter
 # (``n: int = True``) is never equal to an int, an ``int`` default of a ``bool`` parameter never to
 # a bool; an ``int`` default of a ``float`` parameter is equal to the same float (measured on
-# torch 2.13 and 2.15 against their own custom_op).
+# torch 2.13 and 2.15 against their own custom_op). A ``Scalar`` (``torch.types.Number``) keeps
+# the kind it is given: it equals a default of the same kind only (``2`` a ``2``, not ``2.0`` or
+# a bool; measured on torch 2.13).
 
 
 def default_elidable(default: Any, kind: Any) -> bool:
@@ -246,6 +248,8 @@ def elidable(op: CustomOp, p: inspect.Parameter) -> bool:
     if type(p.default) not in _ELIDABLE_DEFAULTS:
         return False
     kind = op._conversions.get(p.name, (None,))[0]  # the argument's exact type
+    if kind is object:  # a Scalar, whose kind is the argument's own
+        return type(p.default) in (int, float, bool)
     return kind is None or default_elidable(p.default, kind)
 
 
