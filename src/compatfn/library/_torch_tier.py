@@ -89,7 +89,7 @@ def _trimming_opdef_class() -> type:
 def _torch_infers(fn: Callable, mutates_args: Union[str, Iterable[str]]) -> bool:
     """Whether torch's own schema inference (what its custom_op runs) takes ``fn``: where it
     refuses it (torch 2.4.1: a dtype default), torch's custom_op gives its own error."""
-    infer = getattr(torch.library, "infer_schema", None)  # torch >= 2.5
+    infer: Any = getattr(torch.library, "infer_schema", None)  # torch >= 2.5
     if infer is None:
         try:  # torch 2.4
             from torch._library.infer_schema import infer_schema as infer
