@@ -90,6 +90,17 @@ LISTS = [
     (List[Number], 3, " Python error details: TypeError: 'int' object is not iterable"),
     (List[Number], torch.tensor([1, 2]), "Cast error details: Cannot cast tensor(1) to number"),
 ]
+_NO_VECTOR = "Cast error details: Unable to cast Python instance of type <class '{}'> to C++ type"
+#: torch 2.13 only (pybind11 3; torch 2.4's takes sequences only): a ``float[]`` or ``bool[]``.
+VECTORS = [
+    (List[float], {1, 2}, [1.0, 2.0]),
+    (List[float], lambda: (i for i in (1, 2)), [1.0, 2.0]),
+    (List[float], lambda: map(float, [3]), [3.0]),
+    (List[bool], {1: 2}.keys(), [True]),
+    (List[float], {1: 2}, _NO_VECTOR.format("dict")),
+    (List[float], lambda: iter([1.0]), _NO_VECTOR.format("list_iterator")),
+    (List[float], b"ab", _NO_VECTOR.format("bytes")),
+]
 
 
 @pytest.mark.parametrize("tier", TIERS)
@@ -99,3 +110,13 @@ def test_a_list_torch_reads_itself_is_any_iterable(
 ):
     value = value() if callable(value) else value
     assert _kernel_gets(tier, annotation, value) == expected
+
+
+@pytest.mark.parametrize("tier", OLDER_TIERS)
+@pytest.mark.parametrize("annotation, value, expected", VECTORS)
+def test_a_float_or_bool_list_is_what_pybind11_3_takes(
+    tier: str, annotation: Any, value: Any, expected: Any
+):
+    value = value() if callable(value) else value
+    got = _kernel_gets(tier, annotation, value)
+    assert got == expected or (isinstance(got, str) and got.startswith(expected))

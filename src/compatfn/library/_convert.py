@@ -54,9 +54,10 @@ _ARGUMENT = re.compile(r"(?P<type>[A-Za-z]+(?:\([^)]*\))?\??(?:\[\])?\??) (?P<na
 # dict's keys, a str's characters, bytes as ints; for a ``SymInt[]`` an iterator is read twice,
 # so it gives an empty list, and a tensor only as a 1-D tensor of an integer dtype, its values);
 # what is not iterable gets Python's "not iterable" in the error. Other lists of scalars
-# (``float[]``, ``bool[]``, a written ``int[]``) are any sequence (a list, a tuple, a range, a
-# numpy array; torch 2.13's pybind11 also takes sets, dict views and generators, which compatfn's
-# conversion refuses). A ``Tensor?`` is None or a tensor. An object that takes part in
+# (``float[]``, ``bool[]``, a written ``int[]``) are what pybind11 3 converts to a vector: a
+# sequence (a list, a tuple, a range, a numpy array; not a str or bytes), a set, a generator, a
+# dict view, a ``map`` or a ``zip`` (not a dict, not a list iterator); torch 2.4's pybind11 takes
+# sequences only. A ``Tensor?`` is None or a tensor. An object that takes part in
 # ``__torch_function__`` (a torch.fx proxy) passes for any of them.
 
 
@@ -67,6 +68,21 @@ def _is_sequence(value: Any) -> bool:
         and hasattr(type(value), "__len__")
         and hasattr(type(value), "__getitem__")
     )
+
+
+#: The types, by name, that pybind11 3 takes for a ``std::vector`` beside sequences, sets and
+#: generators (``PyObjectTypeIsConvertibleToStdVector`` in its ``stl.h``; torch 2.13 ships it).
+_VECTOR_TYPE_NAMES = ("dict_keys", "dict_values", "dict_items", "map", "zip")
+
+
+def _vector_like(value: Any) -> bool:
+    """Whether torch 2.13 (pybind11 3) converts ``value`` for a ``float[]``, ``bool[]`` or
+    written ``int[]`` (See NOTE: [what the dispatcher takes for a list])."""
+    if isinstance(value, (list, tuple)) or _is_sequence(value):
+        return True
+    if isinstance(value, (types.GeneratorType, set, frozenset)):
+        return True
+    return type(value).__name__ in _VECTOR_TYPE_NAMES
 
 
 def _is_integer_vector(value: Any) -> bool:
@@ -165,7 +181,7 @@ def _conversion(
             return value if operator and needs_dispatcher() else _values(value)
         if base == "Scalar" or (symint and not isinstance(value, torch.Tensor)):
             return _read_list(value)
-        if not (isinstance(value, (list, tuple)) or _is_sequence(value)):
+        if not _vector_like(value):
             raise error(value)
         return _items(value, list(value))
 
