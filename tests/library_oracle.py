@@ -22,8 +22,8 @@ with that torch::
     PYTHONPATH=src:tests python tests/library_oracle.py --record
 
 For a larger manual run on the older rows, ``COMPATFN_ORACLE_CASES`` sets how many generated cases
-are recorded and ``COMPATFN_ORACLE_FILE`` where the outcomes are written and read (the stored set:
-160 cases, ``tests/data/custom_op_oracle.json``).
+are recorded and ``COMPATFN_ORACLE_FILE`` where the outcomes are written and read (the stored set,
+about 230 cases: ``tests/data/custom_op_oracle.json``).
 """
 
 from __future__ import annotations
