@@ -32,6 +32,7 @@ from compatfn.library._facts import (
 )
 from compatfn.library._generated import generated_function
 from compatfn.library._kernels import as_autograd_returned, checked_output
+from compatfn.library._scalars import NUMBER_KIND
 from compatfn.library._utils import (
     below_autograd_lines,
     default_elidable,
@@ -282,7 +283,7 @@ def _equal_test(op: CustomOp, name: str, default: str, value: Any, globals_: Dic
     and the operator leaves it out itself. A ``Scalar`` of the default's own kind only (See
     NOTE: [arguments equal to their defaults])."""
     kind = op._conversions.get(name, (list,))[0] or list
-    if kind is object:  # a Scalar
+    if kind is NUMBER_KIND:  # a Scalar
         kind = type(value)
     elif op._opoverload is None or not HAS_DYNAMO:
         return f"{name} == {default}"

@@ -11,7 +11,12 @@ import torch
 
 from compatfn.library._facts import DTYPE_OF_NUMBER, ENUM_NUMBERS
 
-__all__ = ["SCALARS"]
+__all__ = ["NUMBER_KIND", "SCALARS"]
+
+
+#: The exact type :data:`SCALARS` gives a ``Scalar``: no value has it, so every number is
+#: converted, and an argument equals a default only of its own kind (``_utils.elidable``).
+NUMBER_KIND: type = object
 
 
 def _is_number_tensor(value: Any) -> bool:
@@ -116,5 +121,5 @@ SCALARS: Dict[str, Tuple[type, str, Callable[[Any], Any]]] = {
     "str": (str, "str", _to_str),
     "Device": (torch.device, "Device", _to_device),
     "ScalarType": (torch.dtype, "int", _to_dtype),
-    "Scalar": (object, "number", _to_number),  # no value's type is object: always converted
+    "Scalar": (NUMBER_KIND, "number", _to_number),
 }

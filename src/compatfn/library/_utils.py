@@ -33,6 +33,7 @@ from compatfn.library._facts import (
     new_below_autograd_guard,
     storage_id,
 )
+from compatfn.library._scalars import NUMBER_KIND
 
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
@@ -248,7 +249,7 @@ def elidable(op: CustomOp, p: inspect.Parameter) -> bool:
     if type(p.default) not in _ELIDABLE_DEFAULTS:
         return False
     kind = op._conversions.get(p.name, (None,))[0]  # the argument's exact type
-    if kind is object:  # a Scalar, whose kind is the argument's own
+    if kind is NUMBER_KIND:  # a Scalar, whose kind is the argument's own
         return type(p.default) in (int, float, bool)
     return kind is None or default_elidable(p.default, kind)
 
