@@ -192,7 +192,8 @@ def _check_faketensor(op: CustomOp, args: tuple, kwargs: dict) -> Optional[str]:
 
 class MetadataMismatchError(RuntimeError):
     """torch's error for a fake kernel whose outputs differ from the real kernel's in shape,
-    dtype or device (``torch._subclasses.fake_tensor.MetadataMismatchError``, torch >= 2.5)."""
+    dtype or device (``torch._subclasses.fake_tensor.MetadataMismatchError`` of newer torch;
+    torch 2.4 and 2.5 raise a RuntimeError with the same message, measured)."""
 
 
 def _compare_fake_and_real(op: CustomOp, fake: List[Any], real: List[Any]) -> None:
