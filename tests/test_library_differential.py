@@ -69,6 +69,9 @@ def _outputs_convert_by_call_form() -> bool:
 CONVERTS_BY_CALL_FORM = _outputs_convert_by_call_form()
 
 
+_PROBE_LIBRARIES: List[Any] = []
+
+
 def _dispatcher_scalars(values: Tuple[Any, ...]) -> List[Any]:
     """What this torch's dispatcher hands a Python kernel for each of ``values`` given for a
     ``Scalar`` (None where it refuses the value); torch 1.8-1.12 have no ``torch.library``:
@@ -77,6 +80,11 @@ def _dispatcher_scalars(values: Tuple[Any, ...]) -> List[Any]:
         return list(values)
     namespace = f"cft{_RUN}_scalar"
     library = torch.library.Library(namespace, "DEF")
+    # Kept for the whole run: on torch 2.7 and 2.9 (measured) the decomposition table that
+    # torch.compile's backends and torch.export read fails ("not a mapping", from an
+    # AttributeError: no overload 'default') once an op read through torch.ops is gone with its
+    # Library.
+    _PROBE_LIBRARIES.append(library)
     library.define("probe(Tensor x, Scalar s) -> Tensor")
     seen: List[Any] = []
     library.impl("probe", lambda x, s: seen.append(s) or x.clone(), "CPU")
