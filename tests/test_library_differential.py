@@ -80,7 +80,7 @@ def _dispatcher_scalars(values: Tuple[Any, ...]) -> List[Any]:
         return list(values)
     namespace = f"cft{_RUN}_scalar"
     library = torch.library.Library(namespace, "DEF")
-    # Kept for the whole run: on torch 2.7 and 2.9 (measured) the decomposition table that
+    # Kept for the whole run: on torch 2.6, 2.7 and 2.9 (measured) the decomposition table that
     # torch.compile's backends and torch.export read fails ("not a mapping", from an
     # AttributeError: no overload 'default') once an op read through torch.ops is gone with its
     # Library.
