@@ -80,10 +80,10 @@ def _dispatcher_scalars(values: Tuple[Any, ...]) -> List[Any]:
         return list(values)
     namespace = f"cft{_RUN}_scalar"
     library = torch.library.Library(namespace, "DEF")
-    # Kept for the whole run: on torch 2.6, 2.7 and 2.9 (measured) the decomposition table that
-    # torch.compile's backends and torch.export read fails ("not a mapping", from an
-    # AttributeError: no overload 'default') once an op read through torch.ops is gone with its
-    # Library.
+    # Kept for the whole run: on torch 2.6-2.11 (measured on 2.6, 2.7, 2.9, 2.11; 2.13 and 2.14
+    # not) the decomposition table that torch.compile's backends and torch.export read fails
+    # ("not a mapping", from an AttributeError: no overload 'default') once an op read through
+    # torch.ops is gone with its Library.
     _PROBE_LIBRARIES.append(library)
     library.define("probe(Tensor x, Scalar s) -> Tensor")
     seen: List[Any] = []
