@@ -153,6 +153,7 @@ def test_a_fake_kernel_mismatch_is_torchs_metadata_mismatch_error(tier, what):
         schema = "(Tensor x) -> Tensor"
         own = torch.library.custom_op(f"{fresh('own')}::mismatched", mutates_args=(), schema=schema)
         assert found == _fake_mismatch_error(own, fake, torch.library.opcheck)
+        assert found[0].endswith("Error"), found  # reported, not passed
         return
     assert found == (
         "MetadataMismatchError",
