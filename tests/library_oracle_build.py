@@ -258,8 +258,8 @@ def build(case: Dict[str, Any], maker: Callable, qualname: str) -> Tuple[Any, Di
     if case.get("cpu_kernel"):
         kernel = namespace["kernel"]
 
-        def cpu_kernel(*args: Any, **kwargs: Any) -> Any:
-            state["log"].append("cpu kernel")
+        def cpu_kernel(*args: Any, **kwargs: Any) -> Any:  # what the dispatcher passes it
+            state["log"].append(f"cpu kernel: {len(args)} positional, keywords {sorted(kwargs)}")
             return kernel(*args, **kwargs)
 
         register("register_kernel", "cpu", cpu_kernel)
@@ -267,13 +267,18 @@ def build(case: Dict[str, Any], maker: Callable, qualname: str) -> Tuple[Any, Di
         n = case["outputs"]
 
         def fake(x: Any, *rest: Any, **kw: Any) -> Any:
+            state["log"].append(f"fake: {1 + len(rest)} positional, keywords {sorted(kw)}")
             if n == 0:
                 return None
             return torch.empty_like(x) if n == 1 else tuple(torch.empty_like(x) for _ in range(n))
 
         register("register_fake", fake)
     if case["autograd"]:
-        register("register_autograd", _backward(case, state), setup_context=_setup_context(state))
+        register(
+            "register_autograd",
+            _backward(case, state),
+            setup_context=_setup_context(state, case.get("setup", "plain")),
+        )
     return op, state
 
 
@@ -297,16 +302,32 @@ def _inner_kernel() -> Callable:
     return namespace["inner"]  # type: ignore[no-any-return]
 
 
-def _setup_context(state: Dict[str, Any]) -> Callable:
-    def setup_context(
-        ctx: Any, inputs: tuple, output: Any, keyword_only_inputs: Any = None
-    ) -> None:
-        state["setup"] += 1
-        state["needs"].append(["setup", _flags(ctx.needs_input_grad)])
-        ctx.lens = [len(v) if isinstance(v, list) else -1 for v in inputs]
-        ctx.nones = [v is None for v in inputs]
+#: The parameters of each ``SETUP_SIGNATURES`` entry's setup_context (its body reads ``ctx``,
+#: ``inputs`` and ``output``).
+_SETUP_PARAMETERS = {
+    "plain": "ctx, inputs, output, keyword_only_inputs=None",
+    "reordered": "ctx, output, inputs, keyword_only_inputs=None",
+    "keyword_only": "*, output, inputs, ctx, keyword_only_inputs=None",
+    "kwargs": "**kwargs",
+}
 
-    return setup_context
+
+def _setup_context(state: Dict[str, Any], signature: str) -> Callable:
+    """The registered setup_context, its parameters declared as ``signature`` says; it logs
+    what it was given."""
+    source = (
+        f"def setup_context({_SETUP_PARAMETERS[signature]}):\n"
+        + ("    ctx, inputs = kwargs['ctx'], kwargs['inputs']\n" if signature == "kwargs" else "")
+        + "    state['setup'] += 1\n"
+        "    state['log'].append(f'setup: {type(inputs).__name__} of {len(inputs)}, '\n"
+        "                        f'{type(output).__name__}')\n"
+        "    state['needs'].append(['setup', flags(ctx.needs_input_grad)])\n"
+        "    ctx.lens = [len(v) if isinstance(v, list) else -1 for v in inputs]\n"
+        "    ctx.nones = [v is None for v in inputs]\n"
+    )
+    namespace: Dict[str, Any] = {"state": state, "flags": _flags}
+    exec(compile(source, f"<setup_context, {signature}>", "exec", dont_inherit=True), namespace)
+    return namespace["setup_context"]  # type: ignore[no-any-return]
 
 
 def _flags(needs_input_grad: Any) -> Any:

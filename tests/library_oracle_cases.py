@@ -101,6 +101,9 @@ SIDE_BY_SIDE_CONTEXTS = ["meta", "fake_mode", "dispatch_mode", "zero_tensors", *
 #: What the case registers with register_autograd: nothing (False), or a backward returning a
 #: gradient per positional argument (True), one fewer, one more (a tensor), or a bare tensor.
 AUTOGRAD = [False, True, "one_fewer", "one_more", "single"]
+#: How the registered setup_context declares its parameters (torch gives them by keyword):
+#: ``(ctx, inputs, output)``, reordered, keyword-only, or ``**kwargs`` alone.
+SETUP_SIGNATURES = ["plain", "reordered", "keyword_only", "kwargs"]
 
 
 @st.composite
@@ -142,12 +145,14 @@ def cases(draw: Any, contexts: List[str] = CONTEXTS) -> Dict[str, Any]:
         )
         how = "kw" if how == "pos" and p.get("kw_only") else how
         args.append({"how": how, "value": _draw_value(draw, p["type"])})
+    autograd = not mutates and draw(st.sampled_from(AUTOGRAD))
     return {
         "params": params,
         "outputs": outputs,
         "mutates": mutates,
         "kernel": kernel,
-        "autograd": not mutates and draw(st.sampled_from(AUTOGRAD)),
+        "autograd": autograd,
+        "setup": draw(st.sampled_from(SETUP_SIGNATURES)) if autograd else "plain",
         "fake": draw(st.booleans()),
         "schema": draw(st.sampled_from(SCHEMAS)),
         "args": args,
@@ -236,6 +241,30 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
         "return_input", 1, grad=["x"], autograd=True, context="saved_tensor_hooks"
     ),
     "a view of an input returned": case("return_view", 1, context="anomaly"),
+    "setup_context's parameters reordered bind by name": case(
+        grad=["x"], autograd=True, setup="reordered"
+    ),
+    "setup_context's parameters keyword-only": case(
+        grad=["x"], autograd=True, setup="keyword_only"
+    ),
+    "a CPU kernel gets no argument equal to its default": _with_scalar(
+        "float", 1.0, 1.0, cpu_kernel=True
+    ),
+    "a CPU kernel gets no keyword-only argument equal to its default": case(
+        params=[_X, {"name": "a0", "type": "int", "default": 2, "kw_only": True}],
+        args=[{"how": "pos", "value": "tensor"}, {"how": "kw", "value": 2}],
+        cpu_kernel=True,
+    ),
+    "a keyword-only None default is left out too": case(
+        params=[_X, {"name": "a0", "type": "Optional[int]", "default": None, "kw_only": True}],
+        args=[{"how": "pos", "value": "tensor"}, {"how": "kw", "value": None}],
+        cpu_kernel=True,
+        grad=["x"],
+        autograd=True,
+    ),
+    "a fake kernel gets no argument equal to its default": _with_scalar(
+        "int", 2, 2, fake=True, context="meta"
+    ),
     "autograd.grad in the kernel finds no graph": case("autograd_grad"),
     "a captured leaf changed in place": case("capture_param_inplace"),
     "a captured non-leaf returned keeps its grad_fn": case("return_nonleaf"),

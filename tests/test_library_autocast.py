@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 import torch
@@ -64,3 +64,85 @@ def _torch_refusal_of_an_unknown_device_type() -> Tuple[type, str]:
     except (RuntimeError, ValueError) as error:
         return type(error), str(error).splitlines()[0]
     raise AssertionError(f"torch {torch.__version__}'s own op accepted device type 'tpu'")
+
+
+#: What torch 2.13's own custom_op gives ``_autocast_outcomes`` (the oracle where this torch has
+#: no ``register_autocast`` of its own; measured with ``_autocast_outcomes(_torch_own)``).
+_TORCH_AUTOCAST_OUTCOMES = [
+    ("float32 and float64", ["kernel", "torch.float16", "torch.float64"]),
+    ("a keyword-only argument at its default", ["kernel", "torch.float16", "torch.float16"]),
+    (
+        "a keyword-only argument given",
+        ["AssertionError", "Custom ops do not support kwargs yet, got ['s']"],
+    ),
+    ("meta tensors", ["fake", "torch.float32", "torch.float32"]),
+    ("a second rule for the device type", ["kernel", "torch.float16", "torch.float16"]),
+]
+
+
+def _autocast_outcomes(define: Callable[[Callable, Callable], Any]) -> List[Tuple[str, Any]]:
+    """What an op with a CPU autocast rule (float16) hands its kernels under CPU autocast
+    (bfloat16): which inputs are cast, keyword-only arguments, meta tensors (the fake kernel),
+    a second rule for the same device type. ``define(kernel, fake)``: the op."""
+    seen: List[Any] = []
+
+    def kernel(x: torch.Tensor, y: torch.Tensor, *, s: float = 1.0) -> torch.Tensor:
+        seen.append(["kernel", str(x.dtype), str(y.dtype)])
+        return x.float() + y.float()
+
+    def fake(x: Any, y: Any, *, s: float = 1.0) -> Any:
+        seen.append(["fake", str(x.dtype), str(y.dtype)])
+        return torch.empty_like(x, dtype=torch.float32)
+
+    op = define(kernel, fake)
+    op.register_autocast("cpu", torch.float16)
+    f32, f64 = torch.ones(1), torch.ones(1, dtype=torch.float64)
+    meta = torch.ones(1, device="meta")
+    calls = [
+        ("float32 and float64", lambda: op(f32, f64)),
+        ("a keyword-only argument at its default", lambda: op(f32, f32, s=1.0)),
+        ("a keyword-only argument given", lambda: op(f32, f32, s=2.0)),
+        ("meta tensors", lambda: op(meta, meta)),
+        ("a second rule for the device type", lambda: op.register_autocast("cpu", torch.bfloat16)),
+        ("a second rule for the device type", lambda: op(f32, f32)),
+    ]
+    found: Dict[str, Any] = {}
+    for label, call in calls:
+        seen.clear()
+        try:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                call()
+        except AssertionError as error:
+            seen.append(["AssertionError", str(error)])
+        if seen:
+            found[label] = seen[-1]
+    return list(found.items())
+
+
+def _torch_own(kernel: Callable, fake: Callable) -> Any:
+    op = torch.library.custom_op(f"{fresh('own')}::autocast_rule", kernel, mutates_args=())
+    op.register_fake(fake)
+    return op
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_autocast_rule_casts_and_refuses_as_torchs(tier):
+    """As torch's own op's autocast rule: only floating tensors on the rule's device type that are
+    not float64 are cast (meta tensors reach the fake kernel as they are), a keyword-only
+    argument the dispatcher passes is refused, the first rule for a device type stays."""
+    if not hasattr(torch, "is_autocast_cpu_enabled") or not hasattr(torch, "autocast"):
+        pytest.skip(f"torch {torch.__version__} has no CPU autocast (control: torch itself)")
+
+    def define(kernel: Callable, fake: Callable) -> Any:
+        op = make(tier, "autocast_rule")(kernel)
+        op.register_fake(fake)
+        return op
+
+    probe = make(tier, "autocast_probe", schema="(Tensor x) -> Tensor")(lambda x: x)
+    if not hasattr(probe, "register_autocast"):
+        pytest.skip(f"torch {torch.__version__}'s CustomOpDef has no register_autocast (2.5+)")
+    own = hasattr(torch.library, "custom_op") and hasattr(
+        torch.library.CustomOpDef, "register_autocast"
+    )
+    expected = _autocast_outcomes(_torch_own) if own else _TORCH_AUTOCAST_OUTCOMES
+    assert _autocast_outcomes(define) == [(k, list(v)) for k, v in expected]

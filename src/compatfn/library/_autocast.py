@@ -1,47 +1,87 @@
-"""``register_autocast`` on compatfn's tiers: the op's inputs cast, autocast off inside."""
+"""``register_autocast`` on compatfn's tiers: as torch's Autocast kernel of a custom op, the op's
+eligible tensor inputs cast and autocast off for the device inside."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 import torch
 
 from compatfn.library._facts import HAS_DEVICE_AUTOCAST
+from compatfn.library._kernels import kernel_keywords
 from compatfn.library._utils import is_tensor_list, tensors_in
 
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
 
-__all__ = ["autocast_dtype", "call_autocast"]
+__all__ = ["autocast_rule", "call_autocast"]
+
+# NOTE: [a custom op's autocast rule]
+# torch runs an op's autocast rule (``register_autocast``) as the op's kernel for the Autocast
+# key of a device type, which a call reaches only where a tensor argument is on that device
+# type and autocast is on for it (meta tensors or CPU tensors under CUDA autocast do not). The
+# rule refuses keyword arguments (keyword-only ones the dispatcher does not leave out: "Custom
+# ops do not support kwargs yet"), casts each floating-point tensor on that device type that is
+# not float64 (in tensor lists too) and calls the op with that Autocast key excluded. compatfn's
+# tiers do the same in the op's call (measured against torch 2.13's own op).
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.5.0/torch/_library/custom_ops.py
 
 
-def autocast_dtype(autocast: Dict[str, torch.dtype]) -> Optional[torch.dtype]:
-    """The dtype registered for the device type whose autocast is on, if any."""
-    for device_type, dtype in autocast.items():
-        enabled = (
-            torch.is_autocast_enabled()
-            if device_type == "cuda"
-            else getattr(torch, "is_autocast_cpu_enabled", lambda: False)()
-        )
-        if enabled:
-            return dtype
+def autocast_rule(op: CustomOp, inputs: tuple) -> Optional[Tuple[str, torch.dtype]]:
+    """The device type and dtype of the autocast rule a call of ``op`` with ``inputs`` reaches
+    (See NOTE: [a custom op's autocast rule]), if any."""
+    for device_type, dtype in op._autocast.items():
+        if _autocast_enabled(device_type) and any(
+            t.device.type == device_type for t in tensors_in(inputs)
+        ):
+            return device_type, dtype
     return None
 
 
-def call_autocast(op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any], dtype: Any) -> Any:
-    """``op`` with its floating-point tensor inputs cast to ``dtype`` and autocast off."""
+def _asks_by_device_type() -> bool:
+    """Whether ``torch.is_autocast_enabled`` takes a device type (torch >= 2.4; before, it
+    answers for CUDA and ``torch.is_autocast_cpu_enabled`` for the CPU)."""
+    try:
+        torch.is_autocast_enabled("cpu")  # type: ignore[call-arg]
+    except TypeError:
+        return False
+    return True
+
+
+def _autocast_enabled(device_type: str) -> bool:
+    if _ASKS_BY_DEVICE_TYPE:
+        return bool(torch.is_autocast_enabled(device_type))  # type: ignore[call-arg]
+    if device_type == "cuda":
+        return torch.is_autocast_enabled()
+    return bool(getattr(torch, "is_autocast_cpu_enabled", lambda: False)())
+
+
+_ASKS_BY_DEVICE_TYPE = _asks_by_device_type()
+
+
+def call_autocast(
+    op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any], rule: Tuple[str, torch.dtype]
+) -> Any:
+    """``op`` called as its autocast rule calls it (See NOTE: [a custom op's autocast rule])."""
+    keywords = kernel_keywords(op, keyword_only)
+    if keywords:
+        raise AssertionError(f"Custom ops do not support kwargs yet, got {list(keywords)}")
+    device_type, dtype = rule
 
     def cast(v: Any) -> Any:
-        if isinstance(v, torch.Tensor) and v.is_floating_point():
-            return v.to(dtype)
+        if isinstance(v, torch.Tensor):
+            eligible = (
+                v.is_floating_point()
+                and v.device.type == device_type
+                and v.dtype is not torch.float64
+            )
+            return v.to(dtype) if eligible else v
         if is_tensor_list(v):
             return [cast(t) for t in v]
         return v
 
-    cast_inputs = tuple(cast(v) for v in inputs)
-    devices = {"cuda" if t.is_cuda else "cpu" for t in tensors_in(inputs)}
-    with _autocast_off(devices.pop() if len(devices) == 1 else "cpu"):
-        return op(*cast_inputs, **keyword_only)
+    with _autocast_off(device_type):
+        return op(*(cast(v) for v in inputs), **keyword_only)
 
 
 def _autocast_off(device_type: str) -> Any:

@@ -9,9 +9,9 @@ import torch
 
 from compatfn.core import function
 from compatfn.library._facts import NEEDS_INPUT_GRAD_WRITABLE, is_alias_of
-from compatfn.library._generated import generated_function
+from compatfn.library._generated import generated_function, setup_context_call
 from compatfn.library._gradients import structured_gradients, torch_checked_gradients
-from compatfn.library._kernels import checked_output, kernel_inputs, run_kernel
+from compatfn.library._kernels import checked_output, kernel_keywords, run_kernel
 from compatfn.library._registration import below_autograd
 from compatfn.library._utils import (
     Definition,
@@ -115,8 +115,9 @@ def autograd_function(op: CustomOp, dispatched: bool) -> Any:
     def forward(*flat: Any) -> Any:
         args, _, keyword_only = split(flat)
         if not dispatched:  # below autograd, as torch's Autograd kernel runs it
-            inputs = kernel_inputs(op, (*args, *schema_defaults[len(args) :]), len(args))
-            out = below_autograd(run_kernel, (op, inputs, keyword_only), {})
+            inputs = (*args, *schema_defaults[len(args) :])
+            call = (op, inputs, len(args), kernel_keywords(op, keyword_only))
+            out = below_autograd(run_kernel, call, {})
         else:
             out = below_autograd(op._opoverload, args, keyword_only)
         return tuple(out) if op._returns_list else out  # autograd tracks tuples, not lists
@@ -315,7 +316,7 @@ def _legacy_kernel_forward(op: CustomOp, count: int) -> Any:
         f"    $output = $checked_output($op, {inputs}, $output)",
     ]
     if op._setup_context is not None:
-        body.append(f"$setup_context($ctx, {inputs}, $output)")
+        body.append(setup_context_call(op._setup_context, inputs))
     header = ["$ctx", *passed] + (["$metadata"] if metadata_inputs(op) else [])
     globals_["metadata"] = None
     lines = [f"def $function({', '.join(header)}):"]

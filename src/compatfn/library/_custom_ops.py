@@ -20,7 +20,7 @@ import torch
 
 from compatfn.core import _dynamo_tracing as dynamo_tracing
 from compatfn.library import _registration
-from compatfn.library._autocast import autocast_dtype, call_autocast
+from compatfn.library._autocast import autocast_rule, call_autocast
 from compatfn.library._autograd import apply_autograd, autograd_function
 from compatfn.library._call_errors import check_tensor_arguments, generators_listed
 from compatfn.library._convert import (
@@ -55,8 +55,9 @@ from compatfn.library._kernels import (
     device_argument_index,
     has_tensor_argument,
     is_inference,
-    kernel_inputs,
+    kernel_keywords,
     kernel_switched,
+    keyword_defaults,
     run_kernel,
     tensor_return_count,
 )
@@ -138,6 +139,7 @@ class CustomOp:
         self._defaults = {p.name: p.default for p in params}
         self._mutated = self._mutated_positions(mutates_args)
         self._conversions = conversions(qualname, self._schema, schema is None, registered)
+        self._keyword_defaults = keyword_defaults(self)
         self._returns_list = self._schema.endswith("-> Tensor[]")
         self._tensor_returns = tensor_return_count(self._schema)
         self._kernels: Dict[Optional[str], Callable] = dict.fromkeys(device_types or (None,), fn)
@@ -320,7 +322,7 @@ class CustomOp:
     def _apply(self, inputs: tuple, keyword_only: Dict[str, Any], fn: Any, count: int) -> Any:
         """A call through ``fn`` where autograd records it (``count``: how many of ``inputs``
         the dispatcher passes), else the kernels below autograd."""
-        autocast = autocast_dtype(self._autocast)
+        autocast = autocast_rule(self, inputs) if self._autocast else None
         if autocast is not None:
             return call_autocast(self, inputs, keyword_only, autocast)
         # See NOTE: [where torch's Autograd kernel runs]
@@ -338,17 +340,17 @@ class CustomOp:
             return list(output) if self._returns_list else output
         if fn is not self._eager_fn:  # torch's Autograd kernel called this
             return _registration.below_autograd(self._opoverload, inputs, keyword_only)
-        inputs = kernel_inputs(self, inputs, count)
+        kernel_call = (self, inputs, count, kernel_keywords(self, keyword_only))
         inference = bool(tensors) and all(is_inference(t) for t in tensors)
         if excluded or inference:
-            output = run_kernel(self, inputs, keyword_only)
+            output = run_kernel(*kernel_call)
             if self._mutated and not inference:  # torch's ADInplaceOrView kernel returns it
                 return self._listed(as_autograd_returned(self._tensor_returns, output))
             return self._listed(output)
         if BelowAutograd is None:  # torch 1.8: a graph the kernel recorded is dropped
-            output = detached(run_kernel(self, inputs, keyword_only))
+            output = detached(run_kernel(*kernel_call))
         else:
-            output = _registration.below_autograd(run_kernel, (self, inputs, keyword_only), {})
+            output = _registration.below_autograd(run_kernel, kernel_call, {})
         return self._listed(as_autograd_returned(self._tensor_returns, output))
 
     def _listed(self, output: Any) -> Any:
@@ -373,25 +375,9 @@ class CustomOp:
     # ---------------------------------------------------------------- dispatcher kernels
 
     def _device_kernel(self, *args: Any, **kwargs: Any) -> Any:
-        inputs, keyword_only = self._bind(args, kwargs)
-        if len(args) < len(inputs) or len(kwargs) < len(keyword_only):
-            inputs, keyword_only = self._left_out_as_kernel_defaults(
-                args, kwargs, inputs, keyword_only
-            )
-        return run_kernel(self, inputs, keyword_only)
-
-    def _left_out_as_kernel_defaults(
-        self, args: tuple, kwargs: dict, inputs: tuple, keyword_only: Dict[str, Any]
-    ) -> Tuple[tuple, dict]:
-        """The dispatcher's call of a kernel (``args``, ``kwargs``; bound with the schema's
-        defaults: ``inputs``, ``keyword_only``): each argument it left out (equal to the schema's
-        default) is the kernel's own default, as for torch's Python kernel."""
-        own = self._kernel_defaults
-        inputs = kernel_inputs(self, inputs, len(args))
-        keyword_only = {
-            k: kwargs[k] if k in kwargs else own.get(k, v) for k, v in keyword_only.items()
-        }
-        return inputs, keyword_only
+        # The dispatcher has left out what equals its default: the kernel gets its own.
+        inputs, _ = self._bind(args, kwargs)
+        return run_kernel(self, inputs, len(args), kwargs)
 
     def _meta_kernel(self, *args: Any, **kwargs: Any) -> Any:
         assert self._fake is not None
@@ -498,8 +484,10 @@ class CustomOp:
         )
 
     def register_autocast(self, device_type: str, cast_inputs: torch.dtype) -> None:
-        """Under autocast on ``device_type``, cast floating-point tensor inputs to
-        ``cast_inputs`` and run the op with autocast off (calls through the op object).
+        """Under autocast on ``device_type``, cast floating-point tensor inputs on that device
+        type (not float64) to ``cast_inputs`` and run the op with autocast off (calls through the
+        op object; See NOTE: [a custom op's autocast rule]). As torch, the first rule registered
+        for a device type stays.
 
         Example: ``mysin.register_autocast("cuda", torch.float16)``.
         """
@@ -509,5 +497,5 @@ class CustomOp:
                 f"{self._qualname}: register_autocast supports device_type 'cpu' or 'cuda' on "
                 f"torch {torch.__version__}, got {device_type!r}"
             )
-        self._autocast[device_type] = cast_inputs
+        self._autocast.setdefault(device_type, cast_inputs)
         self._regenerate_call()

@@ -262,17 +262,16 @@ def _elided_default_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
 
 
 def _elided_keyword_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
-    """Each keyword-only argument equal to its default replaced by the kernel's own default:
-    the dispatcher leaves each out of the kernel's call on its own."""
+    """Each keyword-only argument equal to its default replaced by the default, as torch fills
+    it in for setup_context (``-0.0`` for a ``0.0`` default is ``0.0``); the kernel's call leaves
+    it out (``kernel_keywords``), as the dispatcher does."""
     lines: List[str] = []
     for p in op._signature.parameters.values():
         if p.kind is not p.KEYWORD_ONLY or not elidable(op, p):
             continue
-        own = op._kernel_defaults.get(p.name, p.default)
         globals_[f"default_{p.name}"] = p.default
-        globals_[f"own_default_{p.name}"] = own
         test = _equal_test(op, p.name, f"$default_{p.name}", p.default, globals_)
-        lines += [f"if {test}:", f"    {p.name} = $own_default_{p.name}"]
+        lines += [f"if {test}:", f"    {p.name} = $default_{p.name}"]
     return lines
 
 

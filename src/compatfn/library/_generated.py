@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import linecache
 import re
+import types
 from typing import Any, Dict
 
 from compatfn.core import _fresh_name
 
-__all__ = ["generated_function"]
+__all__ = ["generated_function", "setup_context_call"]
+
+#: The parameters torch's Autograd kernel gives setup_context by keyword, in their order.
+_SETUP_CONTEXT_PARAMETERS = ("ctx", "inputs", "output")
 
 
 def generated_function(template: str, globals_: Dict[str, Any], taken: set, filename: str) -> Any:
@@ -39,3 +43,38 @@ def generated_function(template: str, globals_: Dict[str, Any], taken: set, file
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), namespace)
     return namespace[renamed["function"]]
+
+
+def setup_context_call(setup_context: Any, inputs: str) -> str:
+    """Source calling ``$setup_context`` with ``$ctx``, ``inputs`` (source of a tuple) and
+    ``$output`` as torch's Autograd kernel calls it: by keyword (``setup_context(ctx=...,
+    inputs=..., output=...)``), so that its parameters bind by name. A plain function whose
+    first three parameters are ``ctx, inputs, output`` taking positions binds them the same way
+    by position, which is cheaper.
+
+    Example::
+
+        >>> def setup_context(ctx, inputs, output): ...
+        >>> setup_context_call(setup_context, "(x,)")
+        '$setup_context($ctx, (x,), $output)'
+        >>> setup_context_call(lambda *, ctx, inputs, output: None, "(x,)")
+        '$setup_context(ctx=$ctx, inputs=(x,), output=$output)'
+    """
+    if _binds_by_position(setup_context):
+        return f"$setup_context($ctx, {inputs}, $output)"
+    return f"$setup_context(ctx=$ctx, inputs={inputs}, output=$output)"
+
+
+def _binds_by_position(fn: Any) -> bool:
+    """Whether ``fn(ctx, inputs, output)`` binds as ``fn(ctx=ctx, inputs=inputs,
+    output=output)``: a plain function (its code says how it binds; a wrapper or another
+    callable may not) whose first three parameters are those, taking positions and keywords."""
+    if type(fn) is not types.FunctionType:
+        return False
+    code = fn.__code__
+    count = len(_SETUP_CONTEXT_PARAMETERS)
+    return (
+        code.co_posonlyargcount == 0
+        and code.co_argcount >= count
+        and code.co_varnames[:count] == _SETUP_CONTEXT_PARAMETERS
+    )

@@ -14,7 +14,8 @@ import torch
 from compatfn.library._facts import HAS_ZERO_TENSOR
 from compatfn.library._infer_schema import declared_arguments
 from compatfn.library._no_operator import fallback_inputs, resolved
-from compatfn.library._utils import aliases_any, bump_version, dispatch_key, tensors_in
+from compatfn.library._scalars import NUMBER_KIND
+from compatfn.library._utils import aliases_any, bump_version, dispatch_key, elidable, tensors_in
 
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
@@ -32,7 +33,9 @@ __all__ = [
     "checked_output",
     "device_argument_index",
     "has_tensor_argument",
+    "kernel_keywords",
     "kernel_switched",
+    "keyword_defaults",
     "run_kernel",
     "tensor_return_count",
 ]
@@ -193,32 +196,62 @@ def _returns_nothing(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-def run_kernel(op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any]) -> Any:
-    """Run the call's kernel: torch's aliasing rule on its output, and the version counter of an
-    argument it mutated outside torch (NumPy) bumped, so that autograd sees the change."""
+def run_kernel(op: CustomOp, inputs: tuple, count: int, keywords: Dict[str, Any]) -> Any:
+    """Run the call's kernel with the arguments the dispatcher passes it: the first ``count`` of
+    ``inputs`` and ``keywords`` (those left out get the kernel's own defaults, or Python's
+    error where it has none, as for torch's kernels). torch's aliasing rule on its output, and
+    the version counter of an argument it mutated outside torch (NumPy) bumped, so that
+    autograd sees the change."""
     bump_declared(op, inputs)  # above the fallbacks, as torch's ADInplaceOrView kernel
     # No operator: lazy views are resolved here (See NOTE: [what the dispatcher does around a call])
     if op._opoverload is None and fallback_inputs(inputs):
         inputs = resolved(op, inputs)
     kernel = kernel_for(op, inputs)
-    output = kernel(*inputs, **keyword_only)
+    output = kernel(*inputs[:count], **keywords)
     if kernel is not op._fake:
         return checked_output(op, inputs, output, kernel)
     return output
 
 
-def kernel_inputs(op: CustomOp, inputs: tuple, count: int) -> tuple:
-    """The positional arguments of the kernel's call where the dispatcher passes the first
-    ``count`` of ``inputs``: those, then the kernel's own defaults for the rest, up to the first
-    parameter that has none (Python then raises its "missing 1 required positional argument",
-    as for torch's own op's kernel)."""
-    own = op._kernel_defaults
-    tail = []
-    for i in range(count, len(inputs)):
-        if i not in own:
-            break
-        tail.append(own[i])
-    return (*inputs[:count], *tail)
+def kernel_keywords(op: CustomOp, keyword_only: Dict[str, Any]) -> Dict[str, Any]:
+    """The keyword-only arguments the dispatcher passes a kernel: each equal to its default
+    (None included) is left out, as trailing positional ones are (See NOTE: [arguments equal
+    to their defaults]), so the kernel gets its own default, or Python's error where it has
+    none.
+
+    Example: for ``(Tensor x, *, int k=2)``, ``{"k": 2}`` -> ``{}``; ``{"k": 3}`` stays.
+    """
+    defaults = op._keyword_defaults
+    if not defaults:
+        return keyword_only
+    return {k: v for k, v in keyword_only.items() if not _is_default(v, defaults.get(k))}
+
+
+def keyword_defaults(op: CustomOp) -> Dict[str, Tuple[Any, Any]]:
+    """For ``kernel_keywords``: each keyword-only parameter whose arguments can equal its default
+    (See ``elidable``), with the default and the exact type of such an argument (None for a None
+    default)."""
+    found: Dict[str, Tuple[Any, Any]] = {}
+    for p in op._signature.parameters.values():
+        if p.kind is not p.KEYWORD_ONLY:
+            continue
+        if p.default is None:
+            found[p.name] = (None, None)
+        elif elidable(op, p):
+            kind = op._conversions.get(p.name, (None,))[0] or list  # None: converted to a list
+            found[p.name] = (p.default, type(p.default) if kind is NUMBER_KIND else kind)
+    return found
+
+
+def _is_default(value: Any, default: Optional[Tuple[Any, Any]]) -> bool:
+    """Whether a converted argument equals ``default`` (the default, the argument's exact type)
+    as the dispatcher compares them: by value and type (None: the argument is None)."""
+    if default is None:  # a parameter whose arguments never equal its default
+        return False
+    expected, kind = default
+    if expected is None:
+        return value is None
+    return type(value) is kind and bool(value == expected)
 
 
 def bump_declared(op: CustomOp, inputs: tuple) -> None:

@@ -30,7 +30,7 @@ from compatfn.library._facts import (
     torch_autograd_backward,
     torch_function_mode_enabled,
 )
-from compatfn.library._generated import generated_function
+from compatfn.library._generated import generated_function, setup_context_call
 from compatfn.library._infer_schema import _resolve
 from compatfn.library._torch_replay import Replay, checked_output, replayed, verified
 from compatfn.library._utils import (
@@ -159,7 +159,7 @@ def _autograd_class(
         f"    $verified($state, {inputs}, $output)",
     ]
     if opdef._setup_context_fn is not None:
-        body.append(f"$setup_context(ctx=$ctx, inputs={inputs}, output=$output)")
+        body.append(setup_context_call(opdef._setup_context_fn, inputs))
     g_below: Dict[str, Any] = {}  # the guard's names
     lines += [f"    {line}" for line in below_autograd_lines(body, g_below)]
     lines.append("    return $output")
