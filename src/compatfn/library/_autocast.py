@@ -3,10 +3,12 @@ eligible tensor inputs cast and autocast off for the device inside."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
+import functools
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
 import torch
 
+from compatfn.core import _autocast_api
 from compatfn.library._facts import HAS_DEVICE_AUTOCAST
 from compatfn.library._kernels import kernel_keywords
 from compatfn.library._utils import is_tensor_list, tensors_in
@@ -31,32 +33,21 @@ def autocast_rule(op: CustomOp, inputs: tuple) -> Optional[Tuple[str, torch.dtyp
     """The device type and dtype of the autocast rule a call of ``op`` with ``inputs`` reaches
     (See NOTE: [a custom op's autocast rule]), if any."""
     for device_type, dtype in op._autocast.items():
-        if _autocast_enabled(device_type) and any(
+        if _autocast_enabled(device_type)() and any(
             t.device.type == device_type for t in tensors_in(inputs)
         ):
             return device_type, dtype
     return None
 
 
-def _asks_by_device_type() -> bool:
-    """Whether ``torch.is_autocast_enabled`` takes a device type (torch >= 2.4; before, it
-    answers for CUDA and ``torch.is_autocast_cpu_enabled`` for the CPU)."""
+@functools.lru_cache(maxsize=None)
+def _autocast_enabled(device_type: str) -> Callable[[], bool]:
+    """Whether autocast is on for ``device_type``: core's query for this torch (never, where
+    this torch has no autocast for it: the CPU on torch 1.8)."""
     try:
-        torch.is_autocast_enabled("cpu")  # type: ignore[call-arg]
-    except TypeError:
-        return False
-    return True
-
-
-def _autocast_enabled(device_type: str) -> bool:
-    if _ASKS_BY_DEVICE_TYPE:
-        return bool(torch.is_autocast_enabled(device_type))  # type: ignore[call-arg]
-    if device_type == "cuda":
-        return torch.is_autocast_enabled()
-    return bool(getattr(torch, "is_autocast_cpu_enabled", lambda: False)())
-
-
-_ASKS_BY_DEVICE_TYPE = _asks_by_device_type()
+        return _autocast_api(device_type)[0]
+    except ValueError:
+        return lambda: False
 
 
 def call_autocast(
