@@ -146,3 +146,64 @@ def test_autocast_rule_casts_and_refuses_as_torchs(tier):
     )
     expected = _autocast_outcomes(_torch_own) if own else _TORCH_AUTOCAST_OUTCOMES
     assert _autocast_outcomes(define) == [(k, list(v)) for k, v in expected]
+
+
+def _registration_outcomes(op: Any, seen: List[Any]) -> List[Tuple[str, Any]]:
+    """What ``op.register_autocast`` gives for device types torch 2.13 refuses or takes, and what
+    the kernel it returns does when called (outside autocast) with and without a keyword."""
+    found: List[Tuple[str, Any]] = []
+    kernel: Any = None
+    for device_type in (1, "meta", "cpu:0", "meta:0", "lazy", "cpu"):
+        try:
+            kernel = op.register_autocast(device_type, torch.float16)
+            found.append((repr(device_type), "registered"))
+        except (RuntimeError, ValueError) as error:
+            found.append((repr(device_type), f"{type(error).__name__}: {error}"))
+    f32, f64 = torch.ones(1), torch.ones(1, dtype=torch.float64)
+    found.append(("returned kernel", callable(kernel)))
+    kernel(None, f32, f64)
+    found.append(("returned kernel called", seen[-1]))
+    try:
+        kernel(None, f32, f32, s=1.0)
+    except AssertionError as error:
+        found.append(("returned kernel given a keyword", str(error)))
+    return found
+
+
+#: What torch 2.13's own custom_op gives ``_registration_outcomes``.
+_TORCH_REGISTRATION_OUTCOMES = [
+    ("1", "ValueError: Expected `device_type` of type `str`, got: `<class 'int'>`"),
+    ("'meta'", "ValueError: Device type 'meta' does not support autocast."),
+    ("'cpu:0'", "RuntimeError: Expected device_type string to not have a device index; got cpu:0"),
+    ("'meta:0'", "ValueError: Device type 'meta:0' does not support autocast."),
+    ("'lazy'", "ValueError: Device type 'lazy' does not support autocast."),
+    ("'cpu'", "registered"),
+    ("returned kernel", True),
+    ("returned kernel called", ["kernel", "torch.float16", "torch.float64"]),
+    ("returned kernel given a keyword", "Custom ops do not support kwargs yet, got ['s']"),
+]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_register_autocast_checks_and_returns_as_torchs(tier):
+    """torch's checks of the device type with its errors (compatfn's tiers before: an error of
+    their own, for ``"cpu:0"`` none), and torch's return value: the rule as a kernel taking a
+    dispatch key set first (before: None)."""
+    seen: List[Any] = []
+
+    def kernel(x: torch.Tensor, y: torch.Tensor, *, s: float = 1.0) -> torch.Tensor:
+        seen.append(["kernel", str(x.dtype), str(y.dtype)])
+        return x.float() + y.float()
+
+    op = make(tier, "autocast_checks")(kernel)
+    if not hasattr(op, "register_autocast"):
+        pytest.skip(f"torch {torch.__version__}'s CustomOpDef has no register_autocast (2.5+)")
+    if hasattr(getattr(torch, "library", None), "custom_op") and hasattr(
+        torch.library.CustomOpDef, "register_autocast"
+    ):
+        name = f"{fresh('own')}::autocast_checks"
+        own = torch.library.custom_op(name, kernel, mutates_args=())
+        expected = _registration_outcomes(own, seen)
+    else:
+        expected = _TORCH_REGISTRATION_OUTCOMES
+    assert _registration_outcomes(op, seen) == expected

@@ -301,7 +301,7 @@ def register_autograd(
 
 def register_autocast(
     op: Union[str, Any], device_type: str, cast_inputs: torch.dtype, /, *, lib: Any = None
-) -> None:
+) -> Any:
     """``torch.library.register_autocast`` on every torch, for ops made by :func:`custom_op`.
 
     Example: ``register_autocast("mylib::scaled_sin", "cpu", torch.float64)``.

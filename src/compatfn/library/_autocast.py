@@ -16,7 +16,7 @@ from compatfn.library._utils import is_tensor_list, tensors_in
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
 
-__all__ = ["autocast_rule", "call_autocast"]
+__all__ = ["autocast_kernel", "autocast_rule", "call_autocast", "check_autocast_device_type"]
 
 # NOTE: [a custom op's autocast rule]
 # torch runs an op's autocast rule (``register_autocast``) as the op's kernel for the Autocast
@@ -27,6 +27,67 @@ __all__ = ["autocast_rule", "call_autocast"]
 # not float64 (in tensor lists too) and calls the op with that Autocast key excluded. compatfn's
 # tiers do the same in the op's call (measured against torch 2.13's own op).
 # Upstream: https://github.com/pytorch/pytorch/blob/v2.5.0/torch/_library/custom_ops.py
+
+
+#: The device types torch 2.13 parses (its ``torch.device`` error lists them) and those of them its
+#: ``register_autocast`` accepts (measured on 2.13; the answer depends on the torch release, and
+#: compatfn's tiers answer as 2.13 does, then refuse what this torch has no autocast for).
+_DEVICE_TYPES = frozenset(
+    [
+        "cpu",
+        "cuda",
+        "ipu",
+        "xpu",
+        "mkldnn",
+        "opengl",
+        "opencl",
+        "ideep",
+        "hip",
+        "ve",
+        "fpga",
+        "maia",
+        "xla",
+        "lazy",
+        "vulkan",
+        "mps",
+        "meta",
+        "hpu",
+        "mtia",
+        "privateuseone",
+    ]
+)
+_AUTOCAST_DEVICE_TYPES = frozenset(
+    ["cpu", "cuda", "xpu", "mps", "hpu", "xla", "ipu", "mtia", "maia", "privateuseone"]
+)
+
+
+def _is_autocast_available(device_type: str) -> bool:
+    """Whether torch 2.13's ``register_autocast`` takes ``device_type`` (its errors for a device
+    string with an index, and this torch's for one it cannot parse)."""
+    name, _, index = device_type.partition(":")
+    if name not in _DEVICE_TYPES or not (index == "" or index.isdigit()):
+        torch.device(device_type)  # this torch's error for a string it cannot parse
+        return False
+    if name in _AUTOCAST_DEVICE_TYPES and index:
+        raise RuntimeError(
+            f"Expected device_type string to not have a device index; got {device_type}"
+        )
+    return name in _AUTOCAST_DEVICE_TYPES
+
+
+def check_autocast_device_type(op: CustomOp, device_type: Any) -> None:
+    """torch's checks of ``register_autocast``'s device type, with its errors; then compatfn's
+    error naming the op where this torch has autocast for that device type that compatfn cannot
+    query (``xpu`` on torch 1.13, say)."""
+    if not isinstance(device_type, str):
+        raise ValueError(f"Expected `device_type` of type `str`, got: `{type(device_type)}`")
+    if not _is_autocast_available(device_type):
+        raise ValueError(f"Device type '{device_type}' does not support autocast.")
+    try:
+        _autocast_api(device_type)
+    except ValueError as error:
+        if device_type != "cpu":  # torch 1.8/1.9 have no CPU autocast: the rule never applies
+            raise ValueError(f"{op._qualname}: register_autocast: {error}") from None
 
 
 def autocast_rule(op: CustomOp, inputs: tuple) -> Optional[Tuple[str, torch.dtype]]:
@@ -58,21 +119,36 @@ def call_autocast(
     if keywords:
         raise AssertionError(f"Custom ops do not support kwargs yet, got {list(keywords)}")
     device_type, dtype = rule
-
-    def cast(v: Any) -> Any:
-        if isinstance(v, torch.Tensor):
-            eligible = (
-                v.is_floating_point()
-                and v.device.type == device_type
-                and v.dtype is not torch.float64
-            )
-            return v.to(dtype) if eligible else v
-        if is_tensor_list(v):
-            return [cast(t) for t in v]
-        return v
-
     with _autocast_off(device_type):
-        return op(*(cast(v) for v in inputs), **keyword_only)
+        return op(*(_cast(v, device_type, dtype) for v in inputs), **keyword_only)
+
+
+def autocast_kernel(op: CustomOp, device_type: str, dtype: Any) -> Callable:
+    """What torch's ``register_autocast`` returns: the rule as a kernel, called with a dispatch
+    key set first (which it ignores) and the op's arguments, keywords refused."""
+
+    def kernel(_: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            raise AssertionError(f"Custom ops do not support kwargs yet, got {list(kwargs)}")
+        with _autocast_off(device_type):
+            return op(*(_cast(v, device_type, dtype) for v in args))
+
+    return kernel
+
+
+def _cast(value: Any, device_type: str, dtype: Any) -> Any:
+    """``value`` as the rule passes it on: a floating tensor on ``device_type`` (not float64),
+    also in a tensor list, cast to ``dtype``."""
+    if isinstance(value, torch.Tensor):
+        eligible = (
+            value.is_floating_point()
+            and value.device.type == device_type
+            and value.dtype is not torch.float64
+        )
+        return value.to(dtype) if eligible else value
+    if is_tensor_list(value):
+        return [_cast(t, device_type, dtype) for t in value]
+    return value
 
 
 def _autocast_off(device_type: str) -> Any:

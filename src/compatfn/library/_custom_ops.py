@@ -20,7 +20,12 @@ import torch
 
 from compatfn.core import _dynamo_tracing as dynamo_tracing
 from compatfn.library import _registration
-from compatfn.library._autocast import autocast_rule, call_autocast
+from compatfn.library._autocast import (
+    autocast_kernel,
+    autocast_rule,
+    call_autocast,
+    check_autocast_device_type,
+)
 from compatfn.library._autograd import apply_autograd, autograd_function
 from compatfn.library._call_errors import check_tensor_arguments, generators_listed
 from compatfn.library._convert import (
@@ -483,19 +488,16 @@ class CustomOp:
             "or write the batched computation as the op itself."
         )
 
-    def register_autocast(self, device_type: str, cast_inputs: torch.dtype) -> None:
+    def register_autocast(self, device_type: str, cast_inputs: torch.dtype) -> Callable:
         """Under autocast on ``device_type``, cast floating-point tensor inputs on that device
         type (not float64) to ``cast_inputs`` and run the op with autocast off (calls through the
         op object; See NOTE: [a custom op's autocast rule]). As torch, the first rule registered
-        for a device type stays.
+        for a device type stays; torch's checks of ``device_type`` and its errors. Returns the
+        rule as a kernel, as torch does.
 
         Example: ``mysin.register_autocast("cuda", torch.float16)``.
         """
-        check_device_types((device_type,))
-        if device_type not in ("cpu", "cuda"):
-            raise ValueError(
-                f"{self._qualname}: register_autocast supports device_type 'cpu' or 'cuda' on "
-                f"torch {torch.__version__}, got {device_type!r}"
-            )
+        check_autocast_device_type(self, device_type)
         self._autocast.setdefault(device_type, cast_inputs)
         self._regenerate_call()
+        return autocast_kernel(self, device_type, cast_inputs)
