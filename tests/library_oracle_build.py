@@ -56,8 +56,8 @@ def _schema(case: Dict[str, Any]) -> Optional[str]:
         kind = _SCHEMA_TYPE[p["type"]]
         if case["schema"] == "float_for_int" and p["type"] == "int":
             kind = "float"
-        if p["name"] in case["mutates"]:
-            kind = f"Tensor(a{p['name']}!)"
+        if p["name"] in case["mutates"]:  # Tensor(ax!), Tensor(ax!)?, Tensor(ax!)[], ...
+            kind = kind.replace("Tensor", f"Tensor(a{p['name']}!)", 1)
         value = p["default"]
         if case["schema"] == "other_defaults":
             value = _other_default(value)
@@ -131,6 +131,8 @@ def _kernel_source(case: Dict[str, Any]) -> str:
     outs = [f"(base + {i})" for i in range(n)]
     if kernel == "inplace_declared" or kernel == "inplace_undeclared":
         body.insert(2, "x.add_(1)")
+        # and every other argument it declares, whatever its tensor type
+        body[3:3] = [f"_add_one({p['name']})" for p in params[1:] if p["name"] in case["mutates"]]
         outs = [f"(base + {i}).clone()" for i in range(n)]
     elif kernel == "capture_param":
         outs = [f"(base * state['param'] + {i})" for i in range(n)]
@@ -227,6 +229,15 @@ def _mix(base: torch.Tensor, value: Any) -> torch.Tensor:
     return base
 
 
+def _add_one(value: Any) -> None:
+    """A declared mutation of an argument of any tensor type: each tensor in it, in place."""
+    if isinstance(value, torch.Tensor):
+        value.add_(1)
+    elif isinstance(value, list):
+        for v in value:
+            _add_one(v)
+
+
 def build(case: Dict[str, Any], maker: Callable, qualname: str) -> Tuple[Any, Dict[str, Any]]:
     """The op of ``case`` made by ``maker(qualname, fn, mutates_args=, schema=)`` (compatfn's or
     torch's ``custom_op``), and the state its kernel reads and writes."""
@@ -243,6 +254,7 @@ def build(case: Dict[str, Any], maker: Callable, qualname: str) -> Tuple[Any, Di
         "state": state,
         "_seen": _seen,
         "_mix": _mix,
+        "_add_one": _add_one,
         "__name__": __name__,  # torch's aliasing error names the kernel's module
     }
     # Real annotations (``dont_inherit``: not this module's ``from __future__ import annotations``).

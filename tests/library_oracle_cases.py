@@ -131,7 +131,7 @@ def cases(draw: Any, contexts: List[str] = CONTEXTS) -> Dict[str, Any]:
     if len(params) > 1 and draw(st.integers(0, 3)) == 0:  # a keyword-only last parameter
         params[-1]["kw_only"] = True
     kernel = draw(st.sampled_from(KERNELS))
-    tensor_names = [p["name"] for p in params if p["type"] == "Tensor"]
+    tensor_names = [p["name"] for p in params if p["type"] in TENSOR_TYPES]
     mutates = sorted(draw(st.sets(st.sampled_from(tensor_names))))
     if kernel == "inplace_declared" and "x" not in mutates:
         mutates = ["x", *mutates]
@@ -287,6 +287,20 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
         "inplace_declared", 0, mutates=["x"], context="checkpoint"
     ),
     "a declared mutation with a raising kernel": case("raising", 2, mutates=["x"]),
+    "a mutated tensor list, another input requiring grad": case(
+        "inplace_declared",
+        1,
+        params=[_X, {"name": "a0", "type": "List[Tensor]", "default": "none"}],
+        args=[{"how": "pos", "value": "tensor"}, {"how": "pos", "value": "tensors2"}],
+        mutates=["a0", "x"],
+        grad=["x"],
+    ),
+    "a tensor list holding None, its tensor requiring grad": case(
+        params=[_X, {"name": "a0", "type": "List[Optional[Tensor]]", "default": "none"}],
+        args=[{"how": "pos", "value": "tensor"}, {"how": "pos", "value": "tensor_and_none"}],
+        grad=["a0"],
+        autograd=True,
+    ),
     "a TorchFunctionMode sees the op": case(context="torch_function_mode"),
     "a TorchFunctionMode, input requiring grad": case(
         "nested", grad=["x"], autograd=True, context="torch_function_mode"

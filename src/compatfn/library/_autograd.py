@@ -20,6 +20,7 @@ from compatfn.library._utils import (
     elidable_tail,
     flatten,
     legacy_function_class,
+    schema_has_tensor_lists,
     unflatten,
 )
 
@@ -76,7 +77,7 @@ def metadata_inputs(op: CustomOp) -> int:
 def has_tensor_lists(op: CustomOp) -> bool:
     """Whether torch wraps the op's autograd Function for tensor lists (a ``Tensor[]`` or
     ``Tensor?[]`` argument or return)."""
-    return "Tensor[]" in op._schema or "Tensor?[]" in op._schema
+    return schema_has_tensor_lists(op._schema)
 
 
 def apply_autograd(

@@ -75,6 +75,7 @@ from compatfn.library._no_operator import (
     transforms_active,
 )
 from compatfn.library._utils import (
+    any_requires_grad,
     check_operator_name,
     detached,
     device_types_tuple,
@@ -332,9 +333,8 @@ class CustomOp:
             return call_autocast(self, inputs, keyword_only, autocast)
         # See NOTE: [where torch's Autograd kernel runs]
         excluded = autograd_excluded()
-        tensors = tensors_in(inputs)
         if not excluded and (
-            (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+            (torch.is_grad_enabled() and any_requires_grad(inputs))
             or (self._opoverload is None and is_tracing())
         ):  # See NOTE: [tracing without a dispatcher]
             if fn is not self._eager_fn and transforms_active():
@@ -346,6 +346,7 @@ class CustomOp:
         if fn is not self._eager_fn:  # torch's Autograd kernel called this
             return _registration.below_autograd(self._opoverload, inputs, keyword_only)
         kernel_call = (self, inputs, count, kernel_keywords(self, keyword_only))
+        tensors = tensors_in(inputs)
         inference = bool(tensors) and all(is_inference(t) for t in tensors)
         if excluded or inference:
             output = run_kernel(*kernel_call)

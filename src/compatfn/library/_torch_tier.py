@@ -5,7 +5,6 @@ workarounds compatfn adds where torch's own falls short, and its fast eager call
 from __future__ import annotations
 
 import functools
-import re
 from typing import Any, Callable, Iterable, Optional, Sequence, Union, cast
 
 import torch
@@ -20,6 +19,7 @@ from compatfn.library._facts import (
 )
 from compatfn.library._infer_schema import infer_schema, schema_for_this_torch
 from compatfn.library._torch_op import hand_out
+from compatfn.library._utils import schema_has_tensor_lists
 
 __all__ = ["define_with_torch"]
 
@@ -52,11 +52,6 @@ def _has_string_annotations(fn: Callable) -> bool:
 # such ops compatfn returns torch's CustomOpDef with one method changed: register_autograd wraps
 # backward to drop trailing None gradients beyond the inputs autograd saw
 # (``len(ctx.needs_input_grad)``, the arguments actually passed). Calls are untouched.
-
-
-def _has_tensor_lists(opdef: Any) -> bool:
-    """Whether the op takes or returns a list of tensors (where torch's wrapper applies)."""
-    return re.search(r"Tensor\??(\([^)]*\))?\[\]", str(opdef._opoverload._schema)) is not None
 
 
 def _trim_elided_default_gradients(backward: Callable) -> Callable:
@@ -129,7 +124,9 @@ def define_with_torch(
     opdef = make(  # torch's own, whatever torch.library.custom_op is now
         name, fn, mutates_args=mutates_args, device_types=device_types, schema=schema, **extra
     )
-    if CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS and _has_tensor_lists(opdef):
+    if CUSTOM_OP_REJECTS_ELIDED_DEFAULT_GRADIENTS and schema_has_tensor_lists(
+        str(opdef._opoverload._schema)
+    ):
         # See NOTE: [elided default gradients]; tensor lists never take the short path.
         opdef.__class__ = _trimming_opdef_class()
         return hand_out(opdef, fast=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import keyword
+import re
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -119,6 +120,23 @@ def bump_version(t: torch.Tensor) -> None:
 # --------------------------------------------------------------------------- tensors in arguments
 
 
+#: A tensor-list type in a schema, annotated (mutated: ``Tensor(a0!)[]``) or optional
+#: (``Tensor?[]``, ``Tensor(a0!)?[]``).
+_TENSOR_LIST_TYPE = re.compile(r"Tensor(\([^)]*\))?\??\[\]")
+
+
+def schema_has_tensor_lists(schema: str) -> bool:
+    """Whether ``schema`` takes or returns a list of tensors (where torch wraps an op's autograd
+    Function for tensor lists).
+
+    Example::
+
+        >>> schema_has_tensor_lists("(Tensor(a0!)[] xs) -> ()")
+        True
+    """
+    return _TENSOR_LIST_TYPE.search(schema) is not None
+
+
 def is_tensor_list(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value)
 
@@ -162,6 +180,30 @@ def tensors_in(values: Iterable[Any]) -> List[torch.Tensor]:
         elif isinstance(v, (list, tuple)):
             found.extend(t for t in v if isinstance(t, torch.Tensor))
     return found
+
+
+def any_requires_grad(values: Iterable[Any]) -> bool:
+    """Whether a tensor among ``values`` requires grad, as torch's Autograd kernel of a custom op
+    asks (``torch._C._any_requires_grad``, measured on 2.13 and 2.15): a tensor, or a list whose
+    items are all tensors; a list holding a None (``Tensor?[]``) does not count.
+
+    Example::
+
+        >>> w = torch.ones(1, requires_grad=True)
+        >>> any_requires_grad([[w], 2.0]), any_requires_grad([[w, None], 2.0])
+        (True, False)
+    """
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            if v.requires_grad:
+                return True
+        elif (
+            isinstance(v, (list, tuple))
+            and all(isinstance(t, torch.Tensor) for t in v)
+            and any(t.requires_grad for t in v)
+        ):
+            return True
+    return False
 
 
 def detached(output: Any) -> Any:
