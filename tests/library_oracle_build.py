@@ -163,6 +163,8 @@ def _kernel_source(case: Dict[str, Any]) -> str:
         )
     elif kernel == "one_tuple":
         body.append(f"return ({outs[0]},)")
+    elif kernel == "one_tensor":  # a bare tensor, whatever the outputs
+        body.append(f"return {outs[0]}")
     elif kernel == "list_for_tuple":
         body.append("return [" + ", ".join(outs) + "]")
     elif n == 1:

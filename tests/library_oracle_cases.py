@@ -73,6 +73,7 @@ KERNELS = [
     "return_none",
     "return_float",
     "one_tuple",
+    "one_tensor",
 ]
 CONTEXTS = [
     "plain",
@@ -136,7 +137,7 @@ def cases(draw: Any, contexts: List[str] = CONTEXTS) -> Dict[str, Any]:
     if kernel == "inplace_declared" and "x" not in mutates:
         mutates = ["x", *mutates]
     outputs = 0 if kernel == "inplace_declared" and draw(st.booleans()) else draw(st.integers(1, 3))
-    if kernel in ("list_for_tuple", "one_tuple"):
+    if kernel in ("list_for_tuple", "one_tuple", "one_tensor"):
         outputs = max(outputs, 2)
     args = []
     for p in params:
@@ -234,6 +235,10 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
         "list_for_tuple", 2, grad=["x"], autograd=True
     ),
     "a 1-tuple for two outputs runs the kernel once": case("one_tuple", 2),
+    "a tensor for two outputs": case("one_tensor", 2),
+    "a tensor for two outputs, input requiring grad": case(
+        "one_tensor", 2, grad=["x"], autograd=True
+    ),
     "None for two outputs runs the kernel once": case("return_none", 2),
     "None for a tensor runs the kernel once": case("return_none", 1),
     "a float for a tensor": case("return_float", 1),

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import library_oracle as oracle
-from compatfn.library import _custom_op
+from compatfn.library import TIER, _custom_op
 from compatfn.library._facts import (
     NEEDS_INPUT_GRAD_WRITABLE,
     BelowAutograd,
@@ -413,6 +413,14 @@ _GRAD_CONTEXTS = ("plain", "anomaly", "saved_tensor_hooks", "checkpoint", "threa
 _NOT_RECORDING = ("no_grad", "inference_mode", "enable_grad_in_inference")
 
 
+def _takes_short_path(case: Dict[str, Any]) -> bool:
+    """Whether this torch's tier gives the op of ``case`` the short path (its legacy autograd
+    Function; an op the general path calls goes through ``compatfn.function``)."""
+    qualname = f"cf_short_{uuid.uuid4().hex[:8]}::op"
+    op, _ = oracle.build(case, _ours(TIER), qualname)
+    return bool(op._short_path_ok())
+
+
 def known_difference(row: Dict[str, Any]) -> Any:
     """Why compatfn's tiers on this torch differ from torch's own op on a recorded case, where
     they cannot help it (a strict xfail: a fix makes the test fail until this is updated)."""
@@ -445,6 +453,7 @@ def known_difference(row: Dict[str, Any]) -> Any:
         and case["context"] in _GRAD_CONTEXTS
         and ran
         and "error" not in row["torch"]
+        and _takes_short_path(case)
     ):
         return (
             f"torch {torch.__version__}'s autograd Functions return only tensors: a kernel's None "

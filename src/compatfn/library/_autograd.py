@@ -309,13 +309,13 @@ def _legacy_kernel_forward(op: CustomOp, count: int) -> Any:
         alias_of=is_alias_of,
         checked_output=checked_output,
     )
-    quick, distinct = distinct_output_test("$output", tensors, globals_)
-    body = [
-        f"$output = $kernel({', '.join(passed)})",
-        *quick,
-        f"if not ({distinct}):",
-        f"    $output = $checked_output($op, {inputs}, $output)",
-    ]
+    body = [f"$output = $kernel({', '.join(passed)})"]
+    checked = f"$output = $checked_output($op, {inputs}, $output)"
+    if op._tensor_returns == 1:  # a tensor sharing no storage needs no check
+        quick, distinct = distinct_output_test("$output", tensors, globals_)
+        body += [*quick, f"if not ({distinct}):", f"    {checked}"]
+    else:  # one tensor for two: torch's backend raises before setup_context runs
+        body.append(checked)
     if op._setup_context is not None:
         body.append(setup_context_call(op._setup_context, inputs))
     header = ["$ctx", *passed] + (["$metadata"] if metadata_inputs(op) else [])

@@ -138,6 +138,15 @@ def _same_default(p: inspect.Parameter, arg: Any, annotation: Any) -> bool:
     )
 
 
+def _single_distinct_tensor(opdef: Any, out: str, distinct: str) -> str:
+    """The test that ``out`` needs no check: the op returns one tensor, and ``out`` is a tensor
+    sharing no storage with an input (``distinct``). An op returning several tensors always has
+    its output checked (one tensor for two: torch 2.4-2.13 raise TypeError, 2.15 hands it on)."""
+    if len(opdef._opoverload._schema.returns) != 1:
+        return "False"
+    return f"$type({out}) is $Tensor and {distinct}"
+
+
 def _autograd_class(
     opdef: Any, names: List[str], tensors: List[str], given: int, g: Dict[str, Any]
 ) -> Any:
@@ -155,7 +164,7 @@ def _autograd_class(
     # is checked before setup_context runs (a wrong one is handed to the dispatcher).
     body = [
         f"$output = $kernel({call})",
-        f"if not ($type($output) is $Tensor and {distinct}):",
+        f"if not ({_single_distinct_tensor(opdef, '$output', distinct)}):",
         f"    $verified($state, {inputs}, $output)",
     ]
     if opdef._setup_context_fn is not None:
@@ -267,7 +276,7 @@ def _short_path_lines(
             *(f"    {line}" for line in below_autograd_lines(f"$out = $kernel({call})", g)),
         ]
     body += [
-        f"if $type($out) is $Tensor and {distinct}:",
+        f"if {_single_distinct_tensor(opdef, '$out', distinct)}:",
         "    return $out",
         f"return $checked($state, {inputs}, $out)",
     ]
