@@ -19,7 +19,7 @@ SCALARS: Dict[str, Tuple[str, List[Any], List[Any]]] = {
     "float": ("float", [0.0, -0.0, 1.5], [2.0, -0.0, 0.0, 3, "np.float64(2.5)", "big_int"]),
     "int": ("int", [0, 2], [3, "int64_overflow", True, "np.int64(4)"]),
     "bool": ("bool", [False, True], [True, False, "np.bool_(True)"]),
-    "str": ("str", ["a"], ["abc", "bytes"]),
+    "str": ("str", ["a"], ["abc", "bytes", "non_ascii", "surrogate"]),
     "Optional[float]": ("Optional[float]", [None], [None, 1.25]),
     "List[int]": ("List[int]", [], [[1, 2], (3,), "int_vector", 3]),
     "Optional[int]": ("Optional[int]", [None], [None, 3, "np.int64(4)"]),
@@ -236,6 +236,10 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
     ),
     "a 1-tuple for two outputs runs the kernel once": case("one_tuple", 2),
     "a tensor for two outputs": case("one_tensor", 2),
+    "a str UTF-8 cannot encode is refused": _with_scalar("str", "a", "surrogate"),
+    "a str UTF-8 cannot encode is refused, input requiring grad": _with_scalar(
+        "str", "none", "surrogate", grad=["x"], autograd=True
+    ),
     "a tensor for two outputs, input requiring grad": case(
         "one_tensor", 2, grad=["x"], autograd=True
     ),

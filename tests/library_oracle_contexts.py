@@ -48,6 +48,10 @@ def _value(spec: Any, grad: bool) -> Any:
         return 2**63
     if spec == "bytes":
         return b"ab"
+    if spec == "non_ascii":
+        return "\u00e9t\u00e9"
+    if spec == "surrogate":  # UTF-8 cannot encode it: torch refuses it
+        return "\ud800"
     if isinstance(spec, str) and spec.startswith("dtype:"):
         return getattr(torch, spec[len("dtype:") :])
     if isinstance(spec, str) and spec.startswith("device:"):

@@ -230,6 +230,8 @@ def _argument_lines(op: CustomOp, given: str, globals_: Dict[str, Any]) -> List[
         test = f"$type({name}) is not $kind{i}"
         if kind is int:  # torch refuses an int outside int64
             test += f" or not -0x8000000000000000 <= {name} <= 0x7FFFFFFFFFFFFFFF"
+        if kind is str:  # and a str UTF-8 cannot encode: the converter decides
+            test += f" or not {name}.isascii()"
         lines += [f"if {name} is not None and ({test}):" if optional else f"if {test}:"]
         lines += [f"    {line}" for line in body]
     return lines + _elided_default_lines(op, globals_)

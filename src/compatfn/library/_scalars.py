@@ -56,15 +56,24 @@ def _to_bool(value: Any) -> Any:
 
 
 def _to_str(value: Any) -> Any:
-    """A str; ``bytes`` decoded, as torch's argument parser takes them."""
+    """A str; ``bytes`` decoded, as torch's argument parser takes them; not a str UTF-8 cannot
+    encode (a lone surrogate such as U+D800: torch refuses it, measured on 2.4-2.15)."""
     if isinstance(value, str):
-        return value
+        return value if value.isascii() or _utf8_encodable(value) else None
     if isinstance(value, bytes):
         try:
             return value.decode()
         except UnicodeDecodeError:
             return None
     return None
+
+
+def _utf8_encodable(value: str) -> bool:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _to_device(value: Any) -> Any:

@@ -257,6 +257,8 @@ def _short_path_lines(
             scalars.append(f"$type({name}) is not $kind{i}")
             if kind is int:  # torch refuses an int outside int64
                 scalars.append(f"not -0x8000000000000000 <= {name} <= 0x7FFFFFFFFFFFFFFF")
+            if kind is str:  # and a str UTF-8 cannot encode (a lone surrogate)
+                scalars.append(f"not {name}.isascii()")
     body = []
     if scalars:
         body += [
