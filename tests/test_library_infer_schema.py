@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from typing import Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import pytest
 import torch
@@ -12,6 +12,7 @@ from torch.types import Number
 
 from compatfn import library
 from compatfn.library import _facts
+from compatfn.library._infer_schema import infer_schema as compatfn_infer_schema
 from library_support import TIERS, fresh, make
 
 
@@ -157,3 +158,53 @@ def test_infer_schema_takes_torchs_arguments():
     assert library.infer_schema(add_, mutates_args=("x",), tags=torch.Tag.inplace) == own(
         add_, mutates_args=("x",), tags=torch.Tag.inplace
     )
+
+
+#: Return annotations -> what torch 2.13's infer_schema gives (the schema, or its error up to
+#: "The valid types"): only Tensor, List[Tensor], int, float, bool and Number, or a tuple of them.
+_RETURNS = {
+    "torch.Tensor": "(Tensor x) -> Tensor",
+    "List[torch.Tensor]": "(Tensor x) -> Tensor[]",
+    "Sequence[torch.Tensor]": "Return has unsupported type typing.Sequence[torch.Tensor].",
+    "float": "(Tensor x) -> float",
+    "List[int]": "Return has unsupported type typing.List[int].",
+    "List[float]": "Return has unsupported type typing.List[float].",
+    "Tuple[torch.Tensor]": "(Tensor x) -> ((Tensor))",
+    "Tuple[torch.Tensor, float]": "(Tensor x) -> (Tensor, float)",
+    "Tuple[torch.Tensor, ...]": "Return has unsupported type typing.Tuple[torch.Tensor, ...].",
+    "Tuple[Tuple[torch.Tensor]]": (
+        "Return has unsupported type typing.Tuple[typing.Tuple[torch.Tensor]]."
+    ),
+    "dict": "Return has unsupported type <class 'dict'>.",
+}
+
+
+def _inferred(infer: Any, annotation: str) -> str:
+    scope: Dict[str, Any] = {"torch": torch}
+    source = (
+        f"from typing import List, Sequence, Tuple\ndef f(x: torch.Tensor) -> {annotation}: ..."
+    )
+    exec(compile(source, "<f>", "exec", dont_inherit=True), scope)
+    try:
+        return infer(scope["f"], mutates_args=())
+    except ValueError as error:
+        return str(error).split(": ", 1)[1].split(" The valid types")[0].split(" Got func")[0]
+
+
+@pytest.mark.parametrize("annotation", sorted(_RETURNS))
+def test_return_annotations_as_torchs(annotation):
+    """Returns torch 2.13 refuses (a list of numbers, a Sequence, a tuple with ``...``) are
+    refused with its error (compatfn before: accepted, or 'unsupported type Ellipsis'); a
+    one-element tuple returns ``((Tensor))``."""
+    assert _inferred(compatfn_infer_schema, annotation) == _RETURNS[annotation]
+    if hasattr(getattr(torch, "library", None), "infer_schema"):  # torch's own, side by side
+        assert _inferred(torch.library.infer_schema, annotation) == _RETURNS[annotation]
+
+
+def test_tuple_parameter_hint_as_torchs():
+    """torch's hint for a tuple parameter: use a list."""
+
+    def f(x: torch.Tensor, y: Tuple[int, int]) -> torch.Tensor: ...
+
+    with pytest.raises(ValueError, match=r"Tuple\[int, int\]\. We do not support Tuple inputs"):
+        compatfn_infer_schema(f, mutates_args=())

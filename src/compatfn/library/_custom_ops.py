@@ -74,6 +74,7 @@ from compatfn.library._no_operator import (
     torch_function_arguments,
     transforms_active,
 )
+from compatfn.library._returns import scalar_return_types
 from compatfn.library._utils import (
     any_requires_grad,
     check_operator_name,
@@ -148,6 +149,7 @@ class CustomOp:
         self._keyword_defaults = keyword_defaults(self)
         self._returns_list = self._schema.endswith("-> Tensor[]")
         self._tensor_returns = tensor_return_count(self._schema)
+        self._scalar_returns = scalar_return_types(self._schema)
         self._kernels: Dict[Optional[str], Callable] = dict.fromkeys(device_types or (None,), fn)
         # The argument a call without tensors takes its device from (See NOTE: [calls without
         # tensors] in _kernels)

@@ -50,6 +50,11 @@ _SCALARS: Dict[Any, Tuple[str, bool]] = {
 #: one exact ``type(x) is`` test each; anything else is converted or goes to the dispatcher).
 SCALAR_TYPES = (int, float, bool, str, torch.dtype, torch.device)
 _SEQUENCES = (list, collections.abc.Sequence, typing.List, typing.Sequence)
+#: What torch (2.13) adds to its error for a tuple parameter.
+_TUPLE_HINT = (
+    " We do not support Tuple inputs in schema. As a workaround, please try to use List "
+    "instead. For example, list[int]."
+)
 
 
 def _resolve(annotation: Any, fn: Callable) -> Any:
@@ -93,22 +98,34 @@ def _schema_type(annotation: Any) -> Optional[str]:
     return None
 
 
+def _return_types() -> Dict[Any, str]:
+    """The return annotations torch 2.13's ``infer_schema`` takes (``SUPPORTED_RETURN_TYPES``),
+    and their schema types; looked up by equality, as torch does."""
+    types: Dict[Any, str] = {torch.Tensor: "Tensor", typing.List[torch.Tensor]: "Tensor[]"}
+    if hasattr(list, "__class_getitem__"):  # list[torch.Tensor]: Python >= 3.9
+        types[list[torch.Tensor]] = "Tensor[]"  # type: ignore[misc]
+    types.update({int: int_type(), float: "float", bool: "bool", torch.types.Number: "Scalar"})
+    return types
+
+
 def _return_type(annotation: Any, error: Callable[[str], Exception]) -> str:
+    """The schema's returns for ``annotation``, as torch 2.13 infers them: one supported type,
+    or a tuple of them (``((Tensor))`` for a one-element tuple); torch's error otherwise."""
     if annotation is None or annotation is _NoneType:
         return "()"
     if annotation is inspect.Parameter.empty:
         raise error("No return type annotation was provided. Please add one.")
-    if typing.get_origin(annotation) in (tuple, typing.Tuple):
-        parts = [_return_type(a, error) for a in typing.get_args(annotation)]
-        return "(" + ", ".join(parts) + ")"
-    if (
-        annotation in (torch.Tensor, int, float, bool, torch.types.Number)
-        or typing.get_origin(annotation) in _SEQUENCES
-    ):
-        found = _schema_type(annotation)
-        if found is not None and "?" not in found:
-            return found
-    raise error(f"Return has unsupported type {annotation}.")
+    types = _return_types()
+    unsupported = f"Return has unsupported type {annotation}. The valid types are: {types}."
+    if typing.get_origin(annotation) is not tuple:
+        if annotation not in types:
+            raise error(unsupported)
+        return types[annotation]
+    args = typing.get_args(annotation)
+    if any(arg not in types for arg in args):
+        raise error(unsupported)
+    returns = ", ".join(types[arg] for arg in args)
+    return f"(({returns}))" if len(args) == 1 else f"({returns})"
 
 
 def _default_repr(value: Any) -> Optional[str]:
@@ -187,11 +204,13 @@ def _inferred(fn: Callable, mutates_args: Union[str, Iterable[str]]) -> str:
             raise error(f"Parameter {name} must have a type annotation.")
         schema_type = _schema_type(_resolve(param.annotation, fn))
         if schema_type is None:
+            unsupported = f"Parameter {name} has unsupported type {param.annotation}."
+            if typing.get_origin(_resolve(param.annotation, fn)) is tuple:
+                raise error(unsupported + _TUPLE_HINT)
             raise error(
-                f"Parameter {name} has unsupported type {param.annotation}. The valid types "
-                "are: Tensor, int, float, bool, str, torch.dtype, torch.device, "
-                "torch.types.Number, their Optional forms, and Sequence/List of Tensor, "
-                "Optional[Tensor], int, float, bool, torch.types.Number."
+                f"{unsupported} The valid types are: Tensor, int, float, bool, str, "
+                "torch.dtype, torch.device, torch.types.Number, their Optional forms, and "
+                "Sequence/List of Tensor, Optional[Tensor], int, float, bool, torch.types.Number."
             )
         if (unknown and schema_type.startswith("Tensor")) or name in mutated:
             if not schema_type.startswith("Tensor"):

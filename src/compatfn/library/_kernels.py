@@ -14,6 +14,7 @@ import torch
 from compatfn.library._facts import HAS_ZERO_TENSOR
 from compatfn.library._infer_schema import declared_arguments
 from compatfn.library._no_operator import fallback_inputs, resolved
+from compatfn.library._returns import as_tensor, converted_returns, is_sequence, type_name
 from compatfn.library._scalars import NUMBER_KIND
 from compatfn.library._utils import aliases_any, bump_version, dispatch_key, elidable, tensors_in
 
@@ -290,6 +291,8 @@ def checked_output(
     """The kernel's ``output`` as torch hands it on: its aliasing rule checked, then converted to
     what the schema returns (:func:`as_returned`)."""
     check_no_alias(op, inputs, output, kernel)
+    if op._scalar_returns is not None:  # See NOTE: [non-tensor returns]
+        return converted_returns(op._qualname, op._scalar_returns, output)
     return as_returned(op._tensor_returns, output)
 
 
@@ -306,24 +309,18 @@ def as_returned(count: int, output: Any) -> Any:
     is; for two or more, a 1-sequence gives its item as it is, a list of ``count`` a tuple;
     torch's errors for anything else (a float, None for two outputs). Sequences of another length
     pass as they are (torch crashes on them). See :func:`as_autograd_returned`."""
+    if count < 1 or _traced(output):
+        return output
     if count == 1:
-        if output is None or isinstance(output, torch.Tensor) or _traced(output):
-            return output
-        raise RuntimeError(f"Unable to cast {output} to Tensor")
-    if count < 2 or _traced(output):
+        return as_tensor(output)
+    if not is_sequence(output):
+        raise TypeError(f"Object of type '{type_name(output)}' is not an instance of 'sequence'")
+    if len(output) not in (1, count):
         return output
-    if not isinstance(output, (tuple, list)):
-        raise TypeError(
-            f"Object of type '{type(output).__name__}' is not an instance of 'sequence'"
-        )
-    if len(output) == 1:
-        return output[0]
-    if len(output) != count:
-        return output
-    for o in output:
-        if o is not None and not isinstance(o, torch.Tensor) and not _traced(o):
-            raise RuntimeError(f"Unable to cast {o} to Tensor")
-    return output if type(output) is tuple else tuple(output)
+    items = tuple(o if _traced(o) else as_tensor(o) for o in output)
+    if len(items) == 1:
+        return items[0]
+    return output if type(output) is tuple else items
 
 
 def as_autograd_returned(count: int, output: Any) -> Any:

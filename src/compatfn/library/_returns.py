@@ -1,0 +1,164 @@
+"""A kernel's non-tensor output converted as torch's Python kernel converts it to the schema's
+returns (``int``, ``float``, ``bool``, ``Scalar``, nothing), with torch's errors."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+__all__ = [
+    "as_tensor",
+    "converted_returns",
+    "is_sequence",
+    "returned_items",
+    "scalar_return_types",
+    "type_name",
+]
+
+# NOTE: [non-tensor returns]
+# torch hands a Python kernel's output to C++ by the schema's return types (measured on torch
+# 2.13 for each type and for ints, bools, floats, numpy scalars, 0-dim and larger tensors,
+# strings, None, complex numbers and lists): ``int``/``SymInt`` takes anything ``int()`` takes
+# but a float (a 0-dim tensor gives its value truncated); ``float`` anything ``float()`` takes
+# but a string; ``bool`` True, False, None (False) and anything whose type defines
+# ``__bool__``; ``Scalar`` a bool, an int, a float or a complex as they are. Anything else
+# raises pybind11's RuntimeError (``Scalar``: torch's "Cannot cast ... to number"). A kernel of
+# an op returning nothing must return None. compatfn's tiers convert the same way; tensors are
+# ``_kernels.as_returned``'s.
+
+_INT64 = (-(2**63), 2**63 - 1)
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
+
+
+def _cast_error(value: Any) -> RuntimeError:
+    return RuntimeError(
+        f"Unable to cast Python instance of type {type(value)} to C++ type '?' (#define "
+        "PYBIND11_DETAILED_ERROR_MESSAGES or compile in debug mode for details)"
+    )
+
+
+def type_name(value: Any) -> str:
+    """The name torch's messages give ``value``'s type (CPython's ``tp_name``: a class defined
+    in Python by its name, a C type by its module and name unless a builtin: ``numpy.int64``)."""
+    kind = type(value)
+    if kind.__flags__ & _HEAP_TYPE or kind.__module__ == "builtins":
+        return kind.__name__
+    return f"{kind.__module__}.{kind.__name__}"
+
+
+def is_sequence(value: Any) -> bool:
+    """What pybind11 takes for a ``sequence`` (``PySequence_Check``): not a dict or a tensor."""
+    if isinstance(value, (dict, torch.Tensor)):
+        return False
+    return hasattr(type(value), "__getitem__") and hasattr(type(value), "__len__")
+
+
+def _as_int(value: Any) -> int:
+    if not isinstance(value, (float, str, bytes, bytearray)):
+        try:
+            result = int(value)
+        except Exception:
+            pass
+        else:
+            if _INT64[0] <= result <= _INT64[1]:
+                return result
+    raise _cast_error(value)
+
+
+def _as_float(value: Any) -> float:
+    if not isinstance(value, (str, bytes, bytearray)):
+        try:
+            return float(value)
+        except Exception:
+            pass
+    raise _cast_error(value)
+
+
+def _as_bool(value: Any) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    if hasattr(type(value), "__bool__"):
+        try:
+            return bool(value)
+        except Exception:
+            pass
+    raise _cast_error(value)
+
+
+def _as_number(value: Any) -> Any:
+    if isinstance(value, bool):  # first: a bool is an int
+        return value
+    if isinstance(value, int):
+        if not _INT64[0] <= value <= _INT64[1]:
+            raise OverflowError("int too big to convert")
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, complex):
+        return complex(value)
+    raise RuntimeError(f"Cannot cast {value!s} to number")
+
+
+def as_tensor(value: Any) -> Any:
+    """A returned tensor (or None) as it is; torch's error for anything else."""
+    if value is None or isinstance(value, torch.Tensor):
+        return value
+    raise RuntimeError(f"Unable to cast {value!s} to Tensor")
+
+
+_CONVERTERS: Dict[str, Callable[[Any], Any]] = {
+    "int": _as_int,
+    "SymInt": _as_int,
+    "float": _as_float,
+    "bool": _as_bool,
+    "Scalar": _as_number,
+    "Tensor": as_tensor,
+}
+
+
+def scalar_return_types(schema: str) -> Optional[List[str]]:
+    """The return types of ``schema`` where it returns nothing or something other than tensors
+    (See NOTE: [non-tensor returns]), else None (tensors alone, a tensor list).
+
+    Example::
+
+        >>> scalar_return_types("(Tensor x) -> (Tensor, SymInt)")
+        ['Tensor', 'SymInt']
+    """
+    returns = schema.rsplit("->", 1)[1].strip()
+    if returns == "()":
+        return []
+    types = [r.strip() for r in returns.strip("()").split(",")]
+    if any(t not in _CONVERTERS for t in types) or all(t == "Tensor" for t in types):
+        return None
+    return types
+
+
+def converted_returns(qualname: str, types: List[str], output: Any) -> Any:
+    """``output`` as torch hands on the kernel's result for returns of ``types`` (from
+    :func:`scalar_return_types`), or torch's error."""
+    if not types:
+        if output is not None:
+            raise RuntimeError(
+                f"Expected PythonKernelHolder for {qualname} to return None but it returned "
+                "something else instead."
+            )
+        return None
+    if len(types) == 1:
+        return _CONVERTERS[types[0]](output)
+    return returned_items(types, output)
+
+
+def returned_items(types: List[str], output: Any) -> Any:
+    """A kernel's ``output`` for two or more returns of ``types``: a sequence, each item
+    converted by its return's type, a one-item sequence giving its item and a sequence of
+    another length as it is (torch crashes on these); torch's errors."""
+    if not is_sequence(output):
+        raise TypeError(f"Object of type '{type_name(output)}' is not an instance of 'sequence'")
+    if len(output) not in (1, len(types)):
+        return output
+    items = tuple(_CONVERTERS[t](v) for t, v in zip(types, output))
+    return items[0] if len(items) == 1 else items

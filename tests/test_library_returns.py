@@ -1,0 +1,100 @@
+"""A kernel's non-tensor output converted to the schema's returns as torch converts it
+(``_returns``; See NOTE: [non-tensor returns]), on every tier, against torch's own custom_op:
+side by side on the torch tier, else the outcomes recorded from torch 2.13
+(``tests/data/custom_op_returns.json``; regenerate with ``python tests/test_library_returns.py
+--record`` on the newest torch)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict
+
+import pytest
+import torch
+
+from library_support import TIERS, fresh, make
+
+_RECORDED = Path(__file__).parent / "data" / "custom_op_returns.json"
+_ANNOTATIONS = ["int", "float", "bool", "torch.types.Number", "None", "Tuple[torch.Tensor, int]"]
+
+
+def _values() -> Dict[str, Any]:
+    """What the kernels return: numbers, numpy scalars, tensors, None and other objects."""
+    import numpy as np
+
+    t = torch.tensor
+    return {
+        "1": 1,
+        "True": True,
+        "1.5": 1.5,
+        "2.0": 2.0,
+        "2**70": 2**70,
+        "None": None,
+        "'a'": "a",
+        "'5'": "5",
+        "tensor(3)": t(3),
+        "tensor(1.5)": t(1.5),
+        "tensor(True)": t(True),
+        "ones(2)": torch.ones(2),
+        "np.int64(4)": np.int64(4),
+        "np.float64(2.5)": np.float64(2.5),
+        "1j": 1j,
+        "[1]": [1],
+        "(ones(1), 2.0)": (torch.ones(1), 2.0),
+        "[ones(1), True]": [torch.ones(1), True],
+    }
+
+
+def _outcomes(define: Callable[[str, Callable], Any]) -> Dict[str, str]:
+    """``annotation | value`` -> what a call of the op returning it gives (its type and value, or
+    the error's type and first line, namespace normalised)."""
+    found = {}
+    for annotation in _ANNOTATIONS:
+        for label, value in _values().items():
+            scope: Dict[str, Any] = {"torch": torch, "value": value}
+            source = (
+                "from typing import Tuple\n"
+                f"def kernel(x: torch.Tensor) -> {annotation}:\n    return value\n"
+            )
+            # Real annotations: not this module's ``from __future__ import annotations``.
+            exec(compile(source, "<kernel>", "exec", dont_inherit=True), scope)
+            name = fresh("returns")
+            try:
+                out = define(f"{name}::op", scope["kernel"])(torch.ones(1))
+                result = f"{type(out).__name__}: {out!r}"
+            except Exception as error:
+                first = str(error).splitlines()[0] if str(error) else ""
+                result = f"{type(error).__name__}: {first}".replace(name, "NS")
+            found[f"{annotation} | {label}"] = result
+    return found
+
+
+def _torch_own(qualname: str, fn: Callable) -> Any:
+    return torch.library.custom_op(qualname, fn, mutates_args=())
+
+
+def _expected(tier: str) -> Dict[str, str]:
+    """The torch tier's oracle is this torch's own op; compatfn's own tiers answer as torch 2.13
+    does on every torch (torch 2.15's own op hands on what a ``-> None`` kernel returns)."""
+    if tier == "torch":
+        return _outcomes(_torch_own)
+    return json.loads(_RECORDED.read_text())["outcomes"]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_non_tensor_returns_convert_as_torchs(tier):
+    """int, float, bool, Scalar, nothing and a (Tensor, int) tuple: each value converted as
+    torch converts it, or torch's error (compatfn's tiers before: the value as returned)."""
+    pytest.importorskip("numpy")
+    got = _outcomes(lambda qualname, fn: make(tier, "op", qualname=qualname)(fn))
+    expected = _expected(tier)
+    different = {k: (got[k], expected[k]) for k in expected if got.get(k) != expected[k]}
+    assert not different, json.dumps(different, indent=1)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--record"]:
+    payload = {"torch": torch.__version__, "outcomes": _outcomes(_torch_own)}
+    _RECORDED.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
+    print(f"{_RECORDED}: {len(payload['outcomes'])} outcomes from torch {torch.__version__}")
