@@ -189,3 +189,35 @@ def test_a_torch_that_moved_its_internals_gets_torchs_own_op_objects(tmp_path):
     got = run_script(_CHANGED_TORCH, tmp_path)
     assert got["torchs"] and got["grad"] == [2.0, 2.0]
     assert "make_autograd_impl's closure has another layout" in got["note"]
+
+
+def _described(method: Any) -> List[str]:
+    import inspect
+
+    return [str(inspect.signature(method)), method.__qualname__, method.__doc__ or ""]
+
+
+def _refusal(call: Any) -> str:
+    try:
+        call()
+    except TypeError as error:
+        return str(error)
+    return "no error"
+
+
+def test_registration_methods_read_and_refuse_as_torchs():
+    """``register_kernel``/``register_autograd``/``register_autocast`` show torch's signature,
+    name and docstring (``help``), and a wrong call raises torch's TypeError naming
+    ``CustomOpDef`` (before: ``(*args, **kwargs)``, no docstring, ``FastCustomOpDef``)."""
+    ours, control = pair(autograd=False)
+    for name in ("register_kernel", "register_autograd", "register_autocast"):
+        if hasattr(control, name):
+            assert _described(getattr(ours, name)) == _described(getattr(control, name)), name
+    wrong_calls = [
+        lambda op: op.register_kernel(),
+        lambda op: op.register_kernel(device_types="cpu"),
+        lambda op: op.register_kernel("cpu", lambda x, s=2.0: x, 3),
+        lambda op: op.register_autograd(),
+    ]
+    for wrong in wrong_calls:
+        assert _refusal(lambda: wrong(ours)) == _refusal(lambda: wrong(control))

@@ -4,6 +4,7 @@ generated function (``_torch_call``), and the registry of the op objects handed 
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import weakref
 from typing import Any, Callable, Dict, List, Optional
@@ -32,6 +33,17 @@ _Base: Any = TorchCustomOpDef if TorchCustomOpDef is not None else object
 # object (``deepcopy`` fails where torch's fails).
 
 
+def _as_torchs(method: Callable) -> Callable[[Callable], Callable]:
+    """Give a method overriding torch's ``method`` its name, docstring and signature, as
+    ``help()`` and ``inspect.signature`` show them (it calls torch's with what it was given, so
+    a wrong call raises torch's own TypeError)."""
+
+    def named(override: Callable) -> Callable:
+        return functools.wraps(method)(override)
+
+    return named
+
+
 class FastCustomOpDef(_Base):  # type: ignore[misc,valid-type]
     """torch's ``CustomOpDef`` (torch >= 2.4) whose eager calls skip the dispatcher where nothing
     needs it (See NOTE: [the torch tier's call]); every method is torch's.
@@ -45,28 +57,39 @@ class FastCustomOpDef(_Base):  # type: ignore[misc,valid-type]
         tensor([2., 2.])
     """
 
-    def register_kernel(self, device_types: Any, fn: Optional[Callable] = None, /) -> Callable:
-        register = _Base.register_kernel(self, device_types)  # torch's checks, now
-
-        def registered(kernel: Callable) -> Callable:
-            result = register(kernel)
-            _registered(self).__dict__["_compatfn_kernel_replaced"] = True
-            install_call(self)
+    @_as_torchs(_Base.register_kernel)
+    def register_kernel(self, *args: Any, **kwargs: Any) -> Callable:
+        result = _Base.register_kernel(self, *args, **kwargs)  # torch's checks and errors
+        if len(args) >= 2 and args[1] is not None:  # registered now, ``fn`` returned
+            _kernel_replaced(self)
             return result  # type: ignore[no-any-return]
 
-        return registered if fn is None else registered(fn)
+        def registered(kernel: Callable) -> Callable:
+            out = result(kernel)
+            _kernel_replaced(self)
+            return out  # type: ignore[no-any-return]
 
+        return registered
+
+    @_as_torchs(_Base.register_autograd)
     def register_autograd(self, *args: Any, **kwargs: Any) -> None:
         _Base.register_autograd(self, *args, **kwargs)
         install_call(self)
 
     if hasattr(_Base, "register_autocast"):  # torch >= 2.5
 
+        @_as_torchs(_Base.register_autocast)
         def register_autocast(self, *args: Any, **kwargs: Any) -> Any:
             result = _Base.register_autocast(self, *args, **kwargs)
             _registered(self).__dict__["_compatfn_autocast_rule"] = True
             install_call(self)
             return result
+
+
+def _kernel_replaced(op: Any) -> None:
+    """The op's kernel is no longer (only) the function it was made from: no short path."""
+    _registered(op).__dict__["_compatfn_kernel_replaced"] = True
+    install_call(op)
 
 
 def _same_kind(op: Any, state: Dict[str, Any]) -> Any:
