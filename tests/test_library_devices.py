@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import compatfn.testing
-from library_support import TIERS, make, ok_or_skipped
+from library_support import TIERS, fresh, make, ok_or_skipped
 
 
 @pytest.mark.parametrize("tier", TIERS)
@@ -55,3 +55,60 @@ def test_opcheck_on_the_device(tier, device):
     result = compatfn.testing.opcheck(device_sin, (x,))
     assert ok_or_skipped(result), result
     assert torch.autograd.gradcheck(device_sin, (x,))
+
+
+def _ones(n: int, device: torch.device) -> torch.Tensor:
+    return torch.ones(n, device="cpu")
+
+
+def _by_device(op: object, registered: bool) -> List[str]:
+    """What an op without tensor arguments gives for the CPU and the meta device, after a CPU
+    kernel of its own where ``registered``."""
+    if registered:
+        op.register_kernel("cpu", lambda n, device: torch.zeros(n))  # type: ignore[attr-defined]
+    found = []
+    for device in ("cpu", "meta"):
+        try:
+            found.append(str(op(2, torch.device(device)).tolist()))  # type: ignore[operator]
+        except RuntimeError as error:
+            found.append(str(error).replace(getattr(op, "_name", ""), "NAME"))
+    return found
+
+
+#: What torch 2.13's own op gives ``_by_device`` (not registered, registered).
+_TORCH_BY_DEVICE = {
+    False: ["[1.0, 1.0]", "[1.0, 1.0]"],
+    True: [
+        "[0.0, 0.0]",
+        "NAME does not have a kernel registered for meta. Please use register_kernel to do so.",
+    ],
+}
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("registered", [False, True])
+def test_device_kernels_select_by_the_device_argument_as_torchs(tier, registered):
+    """An op without tensor arguments, after a kernel for a named device type: a device without
+    a kernel of its own is refused with torch's error, meta included (compatfn before: the fake
+    kernel, or the kernel for every device); before that, the op's own kernel runs for every
+    device. The torch tier side by side with torch's own op, compatfn's tiers as torch 2.13."""
+    if not _has_meta():
+        pytest.skip(f"torch {torch.__version__} has no meta device (control: torch itself)")
+    expected = _TORCH_BY_DEVICE[registered]
+    if tier == "torch":
+        control = torch.library.custom_op(  # the schema: torch 2.4 cannot read this module's
+            f"{fresh('own')}::ones",
+            _ones,
+            mutates_args=(),
+            schema="(SymInt n, Device device) -> Tensor",
+        )
+        expected = _by_device(control, registered)
+    assert _by_device(make(tier, "ones")(_ones), registered) == expected
+
+
+def _has_meta() -> bool:
+    try:
+        torch.device("meta")
+    except RuntimeError:
+        return False
+    return True

@@ -157,6 +157,7 @@ class CustomOp:
             None if has_tensor_argument(self._schema) else device_argument_index(self._schema)
         )
         check_device_argument(self, device_types or ())
+        self._by_device_only = device_types is not None
         self._fake: Optional[Callable] = None
         self._backward: Optional[Callable] = None
         self._setup_context: Optional[Callable] = None
@@ -413,6 +414,8 @@ class CustomOp:
 
         check_device_types(device_types_tuple(device_types))
         check_device_argument(self, device_types_tuple(device_types) or ())
+        # See NOTE: [calls without tensors]: from now on, by their device argument only
+        self._by_device_only = self._by_device_only or device_types is not None
 
         def register(kernel: Callable) -> Callable:
             devices = device_types_tuple(device_types) or (None,)  # None: every device

@@ -59,6 +59,11 @@ def kernel_for(op: CustomOp, inputs: tuple) -> Callable:
         device: Optional[str] = tensors[0].device.type
     elif op._device_index is not None and op._device_index < len(inputs):
         device = torch.device(inputs[op._device_index]).type
+        if op._by_device_only and device not in op._kernels:
+            raise RuntimeError(
+                f"{op._name} does not have a kernel registered for {device}. Please use "
+                "register_kernel to do so."
+            )
     else:
         device = None
     if device == "meta":
@@ -77,6 +82,9 @@ def kernel_for(op: CustomOp, inputs: tuple) -> Callable:
 # fails; an op whose schema has no tensor argument at all takes its device from a ``device:
 # torch.device`` argument (torch's BackendSelect kernel), and torch refuses device kernels for
 # such an op without one (``CustomOpDef.register_kernel``, torch >= 2.4; measured on 2.13).
+# Once the op has kernels for named device types (``device_types=``, ``register_kernel("cpu")``)
+# that BackendSelect kernel refuses a device without a kernel of its own, meta included, even
+# where the op has a kernel for every device (``_by_device_only``; measured on 2.13).
 
 
 # NOTE: [kernels of several devices]

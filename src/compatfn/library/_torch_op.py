@@ -33,13 +33,13 @@ _Base: Any = TorchCustomOpDef if TorchCustomOpDef is not None else object
 # object (``deepcopy`` fails where torch's fails).
 
 
-def _as_torchs(method: Callable) -> Callable[[Callable], Callable]:
+def _as_torchs(method: Optional[Callable]) -> Callable[[Callable], Callable]:
     """Give a method overriding torch's ``method`` its name, docstring and signature, as
     ``help()`` and ``inspect.signature`` show them (it calls torch's with what it was given, so
-    a wrong call raises torch's own TypeError)."""
+    a wrong call raises torch's own TypeError). No ``method``: torch < 2.4, nothing to give."""
 
     def named(override: Callable) -> Callable:
-        return functools.wraps(method)(override)
+        return override if method is None else functools.wraps(method)(override)
 
     return named
 
@@ -57,7 +57,7 @@ class FastCustomOpDef(_Base):  # type: ignore[misc,valid-type]
         tensor([2., 2.])
     """
 
-    @_as_torchs(_Base.register_kernel)
+    @_as_torchs(getattr(_Base, "register_kernel", None))
     def register_kernel(self, *args: Any, **kwargs: Any) -> Callable:
         result = _Base.register_kernel(self, *args, **kwargs)  # torch's checks and errors
         if len(args) >= 2 and args[1] is not None:  # registered now, ``fn`` returned
@@ -71,7 +71,7 @@ class FastCustomOpDef(_Base):  # type: ignore[misc,valid-type]
 
         return registered
 
-    @_as_torchs(_Base.register_autograd)
+    @_as_torchs(getattr(_Base, "register_autograd", None))
     def register_autograd(self, *args: Any, **kwargs: Any) -> None:
         _Base.register_autograd(self, *args, **kwargs)
         install_call(self)
