@@ -96,7 +96,8 @@ def test_device_kernels_select_by_the_device_argument_as_torchs(tier, registered
         pytest.skip(f"torch {torch.__version__} has no meta device (control: torch itself)")
     expected = _TORCH_BY_DEVICE[registered]
     if tier == "torch":
-        control = torch.library.custom_op(  # the schema: torch 2.4 cannot read this module's
+        # The schema given: torch 2.4 cannot read this module's string annotations.
+        control = torch.library.custom_op(
             f"{fresh('own')}::ones",
             _ones,
             mutates_args=(),
