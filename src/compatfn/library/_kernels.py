@@ -314,9 +314,10 @@ def _traced(value: Any) -> bool:
 def as_returned(count: int, output: Any) -> Any:
     """``output`` converted as torch (2.4-2.13) converts the result of a custom op's kernel for a
     schema returning ``count`` tensors (the backend kernel's return): one tensor (or None) as it
-    is; for two or more, a 1-sequence gives its item as it is, a list of ``count`` a tuple;
-    torch's errors for anything else (a float, None for two outputs). Sequences of another length
-    pass as they are (torch crashes on them). See :func:`as_autograd_returned`."""
+    is; for two or more, a sequence as pybind11 takes one, a 1-sequence giving its item, a list of
+    ``count`` a tuple; torch's errors for anything else (a float, None for two outputs, an item
+    that is no tensor). Sequences of another length pass as they are (torch crashes on them).
+    See :func:`as_autograd_returned`."""
     if count < 1 or _traced(output):
         return output
     if count == 1:
