@@ -287,3 +287,33 @@ def test_a_wrong_argument_type_error_has_torchs_detail_lines(tier):
     assert declaration.startswith("Declaration: NS::detailed(Tensor x, Tensor[] ts, Tensor? o=None")
     if tier == "torch":  # torch's own op, side by side
         assert messages[3:] == messages[:3]
+
+
+#: A schema's float defaults as torch 2.13 prints them (``str(torch._C.parse_schema(...))``).
+_FLOATS_WRITTEN = (
+    "(Tensor x, float a=1.0, float e=1e-05, float big=1e+20, float neg=-2.0, float h=0.1, "
+    'str s="1.0", int n=2, float[] l=[1.0, 2.5], float m=123456789012345678.0, float nz=-0.0) '
+    "-> Tensor"
+)
+_FLOATS_PRINTED = (
+    "(Tensor x, float a=1., float e=1.0000000000000001e-05, float big=1e+20, float neg=-2., float "
+    'h=0.10000000000000001, str s="1.0", int n=2, float[] l=[1., 2.5], float m=123456789012345680.,'
+    " float nz=0.) -> Tensor"
+)
+
+
+def test_wrong_call_messages_print_float_defaults_as_torch():
+    """The function tier's wrong-call messages (no operator to word them) print the schema's
+    float defaults as torch does (before: as Python writes them, ``1.0`` for torch's ``1.``)."""
+    from compatfn.library._call_errors import floats_as_torch_prints
+
+    assert floats_as_torch_prints(_FLOATS_WRITTEN) == _FLOATS_PRINTED
+
+    def scaled(x: torch.Tensor, y: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+        return x * alpha
+
+    op = make("function", "scaled")(scaled)
+    with pytest.raises(
+        RuntimeError, match=r"Declaration: \S+::scaled\(.*float alpha=1\.\) -> Tensor"
+    ):
+        op(torch.ones(1))

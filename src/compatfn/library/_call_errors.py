@@ -3,6 +3,7 @@ calls of compatfn's tiers that do not go through it."""
 
 from __future__ import annotations
 
+import re
 import types
 from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
 
@@ -13,7 +14,18 @@ from compatfn.library._infer_schema import declared_arguments, schema_for_this_t
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
 
-__all__ = ["check_tensor_arguments", "declaration", "expected_error", "generators_listed"]
+__all__ = [
+    "check_tensor_arguments",
+    "declaration",
+    "expected_error",
+    "floats_as_torch_prints",
+    "generators_listed",
+]
+
+#: A quoted string (kept as it is) or a float literal as Python writes it in a schema's default.
+_FLOAT_OR_STRING = re.compile(
+    r'"(?:[^"\\]|\\.)*"|(?<![\w.])-?(?:\d+\.\d*(?:e[+-]?\d+)?|\d+e[+-]?\d+)(?![\w.])'
+)
 
 
 def declaration(qualname: str, schema: str) -> str:
@@ -28,6 +40,29 @@ def declaration(qualname: str, schema: str) -> str:
         return str(torch._C.parse_schema(qualname + schema_for_this_torch(schema)))
     except RuntimeError:  # compatfn parsed it at definition: kept as written, to be safe
         return qualname + schema
+
+
+def floats_as_torch_prints(schema: str) -> str:
+    """``schema`` with its float defaults printed as torch prints a schema (a whole number within
+    int64 as that int and a point, ``-0.0`` as ``0.``; else 17 significant digits), its strings as
+    they are (measured on torch 2.13).
+
+    Example::
+
+        >>> floats_as_torch_prints("(Tensor x, float a=1.0, float e=1e-05) -> Tensor")
+        '(Tensor x, float a=1., float e=1.0000000000000001e-05) -> Tensor'
+    """
+
+    def printed(match: re.Match) -> str:
+        text = match.group(0)
+        if text.startswith('"'):
+            return text
+        value = float(text)
+        if value.is_integer() and -(2**63) <= value < 2**63:  # as an int64, then a point
+            return f"{int(value)}."
+        return f"{value:.17g}"
+
+    return _FLOAT_OR_STRING.sub(printed, schema)
 
 
 #: pybind11's detail line for a value it cannot cast (torch's message quotes it).

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional,
 
 import torch
 
-from compatfn.library._call_errors import expected_error
+from compatfn.library._call_errors import expected_error, floats_as_torch_prints
 from compatfn.library._facts import HAS_ZERO_TENSOR, int_type
 from compatfn.library._no_operator import needs_dispatcher
 from compatfn.library._scalars import SCALARS
@@ -330,7 +330,7 @@ def _dispatcher_error(
     op: CustomOp, positional: tuple, args: tuple, kwargs: Dict[str, Any]
 ) -> RuntimeError:
     """torch's error for a wrong call of an operator, its checks in its order."""
-    name, declaration = op._qualname, f"{op._qualname}{op._schema}"
+    name, declaration = op._qualname, op._qualname + floats_as_torch_prints(op._schema)
     parameters = op._signature.parameters
     received = len(positional) + len(args) + len(kwargs)
     if received > len(parameters):
