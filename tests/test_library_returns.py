@@ -17,7 +17,15 @@ import torch
 from library_support import TIERS, fresh, make
 
 _RECORDED = Path(__file__).parent / "data" / "custom_op_returns.json"
-_ANNOTATIONS = ["int", "float", "bool", "torch.types.Number", "None", "Tuple[torch.Tensor, int]"]
+_ANNOTATIONS = [
+    "int",
+    "float",
+    "bool",
+    "torch.types.Number",
+    "None",
+    "Tuple[torch.Tensor, int]",
+    "Tuple[torch.Tensor]",
+]
 
 
 def _values() -> Dict[str, Any]:

@@ -370,7 +370,10 @@ def check_no_keyword_only_tensors(name: str, schema: str, tags: Sequence[Any]) -
 def returns_only_tensors(schema: str) -> bool:
     """Whether the schema returns one Tensor or a tuple of Tensors (what torch 1.8's autograd
     Functions can return)."""
-    returns = schema.rsplit("-> ", 1)[1].strip("()")
+    returns = schema.rsplit("-> ", 1)[1]
+    if returns.startswith("(("):  # a one-element tuple
+        return False
+    returns = returns.strip("()")
     return bool(returns) and all(r.strip() == "Tensor" for r in returns.split(","))
 
 

@@ -287,6 +287,8 @@ def tensor_return_count(schema: str) -> int:
     """How many tensors ``schema`` returns when it returns one Tensor or a tuple of them, else
     0 (nothing, a list)."""
     returns = schema.rsplit("-> ", 1)[1].strip()
+    if returns.startswith("(("):  # a one-element tuple: See NOTE: [non-tensor returns]
+        return 0
     parts = [r.strip() for r in returns.strip("()").split(",")] if returns != "()" else []
     if not parts or any(r != "Tensor" for r in parts):
         return 0

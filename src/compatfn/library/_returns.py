@@ -131,6 +131,9 @@ def scalar_return_types(schema: str) -> Optional[List[str]]:
     returns = schema.rsplit("->", 1)[1].strip()
     if returns == "()":
         return []
+    inner = returns[2:-2] if returns.startswith("((") else None
+    if inner is not None:  # a one-element tuple, ((T))
+        return [f"({inner})"] if inner in _CONVERTERS else None
     types = [r.strip() for r in returns.strip("()").split(",")]
     if any(t not in _CONVERTERS for t in types) or all(t == "Tensor" for t in types):
         return None
@@ -147,9 +150,22 @@ def converted_returns(qualname: str, types: List[str], output: Any) -> Any:
                 "something else instead."
             )
         return None
+    if len(types) == 1 and types[0].startswith("("):
+        return _one_tuple(types[0][1:-1], output)
     if len(types) == 1:
         return _CONVERTERS[types[0]](output)
     return returned_items(types, output)
+
+
+def _one_tuple(inner: str, output: Any) -> tuple:
+    """The kernel's ``output`` for a one-element tuple return (``((Tensor))``) as torch takes
+    it: any iterable of one item (measured on 2.13), that item converted."""
+    items = tuple(output)  # Python's TypeError for what is not iterable, as torch's
+    if len(items) != 1:
+        raise RuntimeError(
+            f"Object {output!s} had a different number of elements than type Tuple[{inner}]"
+        )
+    return (_CONVERTERS[inner](items[0]),)
 
 
 def returned_items(types: List[str], output: Any) -> Any:
