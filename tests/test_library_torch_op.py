@@ -221,3 +221,26 @@ def test_registration_methods_read_and_refuse_as_torchs():
     ]
     for wrong in wrong_calls:
         assert _refusal(wrong, ours) == _refusal(wrong, control)
+
+
+def _scripted_results(op: Any) -> List[Any]:
+    """What scripted functions calling ``op`` (a scale given, the default left out) return."""
+
+    def with_scale(x: torch.Tensor) -> torch.Tensor:
+        return op(x, 3.0)
+
+    def with_default(x: torch.Tensor) -> torch.Tensor:
+        return op(x)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch 2.15 warns that TorchScript is deprecated
+        scripted = [torch.jit.script(f) for f in (with_scale, with_default)]
+    return [f(torch.ones(2)).tolist() for f in scripted]
+
+
+def test_torchscript_calls_the_op_from_python_as_torchs():
+    """``torch.jit.script`` of a function calling the op object: TorchScript calls it from
+    Python, as torch's own op (compatfn's before: TorchScript typed every parameter of the
+    generated call as a Tensor and refused a float)."""
+    ours, control = pair(autograd=False)
+    assert _scripted_results(ours) == _scripted_results(control)

@@ -30,7 +30,7 @@ from compatfn.library._facts import (
     is_tracing,
     profiler_enabled,
 )
-from compatfn.library._generated import generated_function
+from compatfn.library._generated import generated_function, shows_torchs_call_signature
 from compatfn.library._kernels import as_autograd_returned, checked_output
 from compatfn.library._scalars import NUMBER_KIND
 from compatfn.library._utils import (
@@ -341,4 +341,4 @@ def generated_call(op: CustomOp) -> Any:
     call.__code__ = call.__code__.replace(co_name=name)  # Python < 3.11 names errors by it
     call.__defaults__ = (MISSING,) * len(positional) or None
     call.__doc__ = op.__wrapped__.__doc__
-    return call
+    return shows_torchs_call_signature(call)

@@ -7,6 +7,7 @@ call.
 
 from __future__ import annotations
 
+import inspect
 import linecache
 import re
 import types
@@ -43,6 +44,27 @@ def generated_function(template: str, globals_: Dict[str, Any], taken: set, file
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), namespace)
     return namespace[renamed["function"]]
+
+
+#: The signature an op's generated ``__call__`` shows (torch's ``CustomOpDef.__call__``).
+_CALL_SIGNATURE = inspect.Signature(
+    [
+        inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+        inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD),
+    ]
+)
+
+
+def shows_torchs_call_signature(call: Any) -> Any:
+    """``call`` (an op's generated ``__call__``) showing ``(self, *args, **kwargs)``, as torch's
+    ``CustomOpDef.__call__`` does: its own positional-only parameters (named by position, for
+    the dispatcher's errors) are no signature a caller reads. TorchScript types a call of an
+    object it cannot compile by that signature (``torch.jit.annotations``: ``getfullargspec``
+    of ``__call__``): varargs, as for torch's op, so ``torch.jit.script`` of a function calling
+    the op calls it from Python, whatever its arguments."""
+    call.__signature__ = _CALL_SIGNATURE
+    return call
 
 
 def setup_context_call(setup_context: Any, inputs: str) -> str:

@@ -30,7 +30,11 @@ from compatfn.library._facts import (
     torch_autograd_backward,
     torch_function_mode_enabled,
 )
-from compatfn.library._generated import generated_function, setup_context_call
+from compatfn.library._generated import (
+    generated_function,
+    setup_context_call,
+    shows_torchs_call_signature,
+)
 from compatfn.library._infer_schema import _resolve
 from compatfn.library._torch_replay import Replay, checked_output, replayed, verified
 from compatfn.library._utils import (
@@ -396,7 +400,7 @@ def generated_call(opdef: Any) -> Callable:
     )
     call.__name__ = call.__qualname__ = name
     call.__doc__ = fn.__doc__
-    return call  # type: ignore[no-any-return]
+    return shows_torchs_call_signature(call)
 
 
 def _torch_call(state: Dict[str, Any]) -> Callable:
