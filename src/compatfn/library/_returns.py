@@ -20,12 +20,13 @@ __all__ = [
 # torch hands a Python kernel's output to C++ by the schema's return types (measured on torch
 # 2.13 for each type and for ints, bools, floats, numpy scalars, 0-dim and larger tensors,
 # strings, None, complex numbers and lists): ``int``/``SymInt`` takes anything ``int()`` takes
-# but a float (a 0-dim tensor gives its value truncated); ``float`` anything ``float()`` takes
-# but a string; ``bool`` True, False, None (False) and anything whose type defines
-# ``__bool__``; ``Scalar`` a bool, an int, a float or a complex as they are. Anything else
-# raises pybind11's RuntimeError (``Scalar``: torch's "Cannot cast ... to number"). A kernel of
-# an op returning nothing must return None. compatfn's tiers convert the same way; tensors are
-# ``_kernels.as_returned``'s.
+# but a float or a string (a 0-dim tensor gives its value truncated); ``float`` anything
+# ``float()`` takes but a string; ``bool`` True, False, None (False) and anything whose type
+# defines ``__bool__``; ``Scalar`` a bool, an int, a float or a complex as they are; a
+# one-element tuple (``((Tensor))``) any iterable of one item. Anything else raises pybind11's
+# RuntimeError (``Scalar``: torch's "Cannot cast ... to number"). A kernel of an op returning
+# nothing must return None. Two or more returns take a sequence, each item by its type.
+# compatfn's tiers convert the same way; tensors alone are ``_kernels.as_returned``'s.
 
 _INT64 = (-(2**63), 2**63 - 1)
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
