@@ -51,6 +51,10 @@ JUNIT_DIR = ROOT / "reports" / "junit"
 #: torch takes 2-7 GB in an environment) instead of one per session. ``nox -r`` finds nothing to
 #: reuse then.
 DISCARD_ENVS = os.environ.get(matrix.DISCARD_ENV) == "1"
+#: The test sessions run pytest on every core (pytest-xdist): most of a row's time is subprocesses
+#: that import torch, which share nothing. ``nox -s tests-2-15 -- -n 0`` runs them in one process.
+TEST_WORKERS_PACKAGE = "pytest-xdist"
+TEST_WORKERS = ("-n", "auto")
 
 SessionFunc = Callable[[nox.Session], None]
 
@@ -355,9 +359,16 @@ def _run_tests(session: nox.Session, row: matrix.Row, env: dict[str, str], *args
     }
     pytest_started = None
     try:
-        _install(session, row, *oracle)
+        _install(session, row, *oracle, TEST_WORKERS_PACKAGE)
         pytest_started = time.monotonic()
-        pytest = ("pytest", f"--junitxml={junit}", "--durations=5", *args, *session.posargs)
+        pytest = (
+            "pytest",
+            f"--junitxml={junit}",
+            "--durations=5",
+            *TEST_WORKERS,
+            *args,
+            *session.posargs,
+        )
         session.run(*pytest, env=env)
     except BaseException:
         if not junit.exists():

@@ -31,7 +31,7 @@ import sys
 import sysconfig
 import time
 from pathlib import Path
-from typing import FrozenSet, Iterator, List, Optional
+from typing import FrozenSet, Iterator, List, Optional, Tuple
 
 import pytest
 import torch
@@ -170,17 +170,29 @@ def _dynamo() -> object:
         return None
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _record_environment(record_testsuite_property) -> Iterator[None]:  # type: ignore[no-untyped-def]
-    """Write what this run tested into the JUnit XML (read by ``nox -s report``)."""
-    record_testsuite_property("torch", str(torch.__version__))
-    record_testsuite_property("python", "{}.{}.{}".format(*sys.version_info[:3]))
-    record_testsuite_property("cuda", str(CUDA))
-    record_testsuite_property("device", torch.cuda.get_device_name(0) if CUDA else "cpu")
-    record_testsuite_property("compatfn_legacy", os.environ.get("COMPATFN_LEGACY", ""))
+def _environment() -> List[Tuple[str, str]]:
+    """What this run tests, as JUnit XML testsuite properties (read by ``nox -s report``)."""
     try:
         features = json.dumps(compatfn.features(), sort_keys=False, default=str)
-    except Exception as exc:  # report it in the table instead of failing every test here
+    except Exception as exc:  # report it in the table instead of failing the run here
         features = json.dumps({"features() error": repr(exc)})
-    record_testsuite_property("features", features)
-    yield
+    return [
+        ("torch", str(torch.__version__)),
+        ("python", "{}.{}.{}".format(*sys.version_info[:3])),
+        ("cuda", str(CUDA)),
+        ("device", torch.cuda.get_device_name(0) if CUDA else "cpu"),
+        ("compatfn_legacy", os.environ.get("COMPATFN_LEGACY", "")),
+        ("features", features),
+    ]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Write what this run tests into the JUnit XML, from the process that writes the XML (under
+    pytest-xdist the controller: a worker's ``record_testsuite_property`` never reaches it)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    from _pytest.junitxml import xml_key  # what record_testsuite_property writes through
+
+    xml = session.config.stash.get(xml_key, None)
+    for name, value in _environment() if xml is not None else ():
+        xml.add_global_property(name, value)

@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from library_oracle_cases import SCALARS
+from library_oracle_contexts import AUTOCAST_DTYPE
 
 _TYPE_SOURCE = {
     "Tensor": "torch.Tensor",
@@ -287,6 +288,8 @@ def build(case: Dict[str, Any], maker: Callable, qualname: str) -> Tuple[Any, Di
             return torch.empty_like(x) if n == 1 else tuple(torch.empty_like(x) for _ in range(n))
 
         register("register_fake", fake)
+    if case.get("autocast"):
+        register("register_autocast", "cpu", AUTOCAST_DTYPE)
     if case["autograd"]:
         register(
             "register_autograd",

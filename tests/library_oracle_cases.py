@@ -89,6 +89,7 @@ CONTEXTS = [
     "neg_views",
     "profiler",
     "thread",
+    "autocast",
 ]
 #: Contexts drawn only where cases run side by side with torch's own op (torch >= 2.4): the
 #: stored outcomes of the older rows do not have them. ``meta``: each tensor argument on the meta
@@ -155,6 +156,7 @@ def cases(draw: Any, contexts: List[str] = CONTEXTS) -> Dict[str, Any]:
         "autograd": autograd,
         "setup": draw(st.sampled_from(SETUP_SIGNATURES)) if autograd else "plain",
         "fake": draw(st.booleans()),
+        "autocast": draw(st.booleans()),
         "schema": draw(st.sampled_from(SCHEMAS)),
         "args": args,
         "grad": sorted(draw(st.sets(st.sampled_from(tensor_names)))),
@@ -189,6 +191,7 @@ def case(kernel: str = "pure", outputs: int = 1, **fields: Any) -> Dict[str, Any
         "kernel": kernel,
         "autograd": False,
         "fake": False,
+        "autocast": False,
         "schema": "none",
         "args": [{"how": "pos", "value": "tensor"}],
         "grad": [],
@@ -424,6 +427,30 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
     ),
     "a TorchFunctionMode sees a call with an int outside int64": _with_scalar(
         "int", "none", "int64_overflow", context="torch_function_mode"
+    ),
+    "an autocast rule, autocast off": case(autocast=True),
+    "autocast on, no autocast rule": case(grad=["x"], autograd=True, context="autocast"),
+    "an autocast rule under autocast": case(autocast=True, context="autocast"),
+    "an autocast rule under autocast, two outputs requiring grad": case(
+        outputs=2, autocast=True, grad=["x"], autograd=True, context="autocast"
+    ),
+    "an autocast rule casts each tensor of a list, not a None": _with_scalar(
+        "List[Optional[Tensor]]", "none", "tensor_and_none", autocast=True, context="autocast"
+    ),
+    "an autocast rule and a tensor given by keyword": _with_scalar(
+        "Tensor", "none", "tensor", how="kw", autocast=True, context="autocast"
+    ),
+    "an autocast rule and a keyword-only tensor": case(
+        params=[_X, {"name": "a0", "type": "Tensor", "default": "none", "kw_only": True}],
+        args=[{"how": "pos", "value": "tensor"}, {"how": "kw", "value": "tensor"}],
+        autocast=True,
+        context="autocast",
+    ),
+    "an autocast rule and a declared mutation": case(
+        "inplace_declared", 0, mutates=["x"], autocast=True, context="autocast"
+    ),
+    "an autocast rule under autocast, an int list": _with_scalar(
+        "List[int]", "none", "int_vector", autocast=True, context="autocast"
     ),
     "a schema default reaches the kernel as the kernel's": _with_scalar(
         "int", 2, 3, schema="other_defaults"

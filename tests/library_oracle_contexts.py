@@ -185,6 +185,10 @@ def call_arguments(case: Dict[str, Any]) -> Tuple[list, dict, List[Any], Any]:
 
 # --------------------------------------------------------------------------- contexts
 
+#: What a case's autocast rule casts to (``register_autocast("cpu", ...)``) and the autocast
+#: context runs under.
+AUTOCAST_DTYPE = torch.bfloat16
+
 #: What each context needs from torch.
 _CONTEXT_NEEDS = {
     "inference_mode": ("inference_mode", torch),
@@ -195,6 +199,7 @@ _CONTEXT_NEEDS = {
     "forward_ad_level": ("forward_ad", torch.autograd),
     "neg_views": ("_neg_view", torch),  # torch >= 1.10
     "zero_tensors": ("_efficientzerotensor", torch),  # torch >= 1.11
+    "autocast": ("autocast", torch),  # torch >= 1.10 (CPU autocast)
 }
 
 
@@ -281,6 +286,9 @@ def context(name: str, events: List[str]) -> Any:
         import torch.autograd.forward_ad as fwAD
 
         with fwAD.dual_level():
+            yield None
+    elif name == "autocast":
+        with torch.autocast("cpu", dtype=AUTOCAST_DTYPE):
             yield None
     else:
         yield None

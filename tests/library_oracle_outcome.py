@@ -52,6 +52,7 @@ def _describe(value: Any, inputs: List[Any]) -> Any:
         node = type(value.grad_fn).__name__ if value.grad_fn is not None else None
         return {
             "values": _values(value),
+            "dtype": str(value.dtype),
             "requires_grad": value.requires_grad,
             "node": normalise(node) if node else None,
             "is_input": same[0] if same else None,
@@ -109,4 +110,4 @@ def _backward_outcome(output: Any, tensors: List[Any], state: Dict[str, Any]) ->
         )
     except Exception as e:
         return {"error": _error(e)}
-    return [None if g is None else _values(g) for g in grads]
+    return [None if g is None else [_values(g), str(g.dtype)] for g in grads]

@@ -36,3 +36,24 @@ def test_dir_lists_the_public_api_and_submodules_only():
 def test_help_of_function_shows_the_plain_decorator_first():
     doc = compatfn.function.__doc__ or ""
     assert doc.index("@function\n") < doc.index("@function(intermediates=1)")
+
+
+def _every_module() -> list[str]:
+    import pkgutil
+
+    found = pkgutil.walk_packages(compatfn.__path__, prefix="compatfn.")
+    # The codemod needs the migrate extra, the command line runs on import: both are tested where
+    # they live (test_migrate*, test_main).
+    return [
+        info.name
+        for info in found
+        if not info.name.startswith(("compatfn.migrate", "compatfn.__main__"))
+    ]
+
+
+def test_every_module_imports_on_this_torch():
+    # A module a tier imports only when it is used (the torch tier's op class on torch < 2.4)
+    # still has to import: a class body that reads a newer torch's attributes breaks it.
+    modules = _every_module()
+    assert "compatfn.library._torch_op" in modules and "compatfn.core" in modules
+    _run("import importlib\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules))

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
 import torch
 
-from compatfn.core import _autocast_api
+from compatfn.core import _autocast_api, _cast
 from compatfn.library._facts import HAS_DEVICE_AUTOCAST
 from compatfn.library._kernels import kernel_keywords
-from compatfn.library._utils import is_tensor_list, tensors_in
+from compatfn.library._utils import tensors_in
 
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
@@ -134,21 +134,6 @@ def autocast_kernel(op: CustomOp, device_type: str, dtype: Any) -> Callable:
             return op(*(_cast(v, device_type, dtype) for v in args))
 
     return kernel
-
-
-def _cast(value: Any, device_type: str, dtype: Any) -> Any:
-    """``value`` as the rule passes it on: a floating tensor on ``device_type`` (not float64),
-    also in a tensor list, cast to ``dtype``."""
-    if isinstance(value, torch.Tensor):
-        eligible = (
-            value.is_floating_point()
-            and value.device.type == device_type
-            and value.dtype is not torch.float64
-        )
-        return value.to(dtype) if eligible else value
-    if is_tensor_list(value):
-        return [_cast(t, device_type, dtype) for t in value]
-    return value
 
 
 def _autocast_off(device_type: str) -> Any:
