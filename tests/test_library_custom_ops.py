@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 import subprocess
 import sys
+import warnings
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -919,3 +921,49 @@ def test_needs_input_grad_names_each_argument_as_torchs(tier):
         outcomes.append((seen.pop(), x.grad.tolist()))
     assert outcomes[0] == ((True, False), torch.full((3, 4), 5.0).tolist())
     assert all(o == outcomes[0] for o in outcomes)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_torchscript_calls_the_op_from_python(tier):
+    """``torch.jit.script`` of functions calling the op object: TorchScript reads the op's
+    signature, ``(*args, **kwargs)`` as torch's op answers it, and calls it from Python (the
+    function's own signature, shown before, failed TorchScript's internal assertion for an op
+    with a default)."""
+
+    @make(tier, "scripted")
+    def scripted(x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
+        return x * scale
+
+    def with_scale(x: torch.Tensor) -> torch.Tensor:
+        return scripted(x, 3.0)
+
+    def with_default(x: torch.Tensor) -> torch.Tensor:
+        return scripted(x)
+
+    assert str(inspect.signature(scripted)) == "(*args, **kwargs)"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch 2.15 warns that TorchScript is deprecated
+        results = [torch.jit.script(f)(torch.ones(2)).tolist() for f in (with_scale, with_default)]
+    assert results == [[3.0, 3.0], [2.0, 2.0]]
+
+
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "function"])
+def test_a_torch_function_subclass_sees_only_the_op(tier):
+    """A tensor subclass's ``__torch_function__`` sees the op's call and nothing before it, as
+    with torch's own op (the registered tier asked ``is_conj``/``is_neg``/``_is_zerotensor``
+    first, through it). The ``function`` tier has no operator: documented."""
+    seen: List[str] = []
+
+    class Strict(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen.append(getattr(func, "__name__", str(func)))
+            with torch._C.DisableTorchFunction():
+                return func(*args, **(kwargs or {}))
+
+    @make(tier, "strict")
+    def strict(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    strict(torch.ones(2).as_subclass(Strict))
+    assert seen == ["strict.default"]

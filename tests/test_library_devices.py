@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import List
+import re
+from typing import Any, Callable, Dict, List
 
 import pytest
 import torch
@@ -113,3 +114,89 @@ def _has_meta() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def _other_backends() -> Dict[str, Callable[[], torch.Tensor]]:
+    """CPU tensors of a backend other than dense, by the name of its dispatch key."""
+    found: Dict[str, Callable[[], torch.Tensor]] = {
+        "SparseCPU": lambda: torch.eye(2).to_sparse(),
+        "MkldnnCPU": lambda: torch.eye(2).to_mkldnn(),
+        "QuantizedCPU": lambda: torch.quantize_per_tensor(torch.eye(2), 0.1, 0, torch.quint8),
+    }
+    if hasattr(torch.Tensor, "to_sparse_csr"):
+        found["SparseCsrCPU"] = lambda: torch.eye(2).to_sparse_csr()
+    return found
+
+
+def _which_kernel(op: Any, x: torch.Tensor, ran: List[str]) -> str:
+    ran.clear()
+    try:
+        op(x)
+    except NotImplementedError as e:
+        return re.sub(r"'\w+::", "'NS::", str(e).split(". ")[0])
+    return ",".join(ran)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("backend", sorted(_other_backends()))
+@pytest.mark.parametrize("how", ["device_types", "register_kernel"])
+def test_a_cpu_kernel_serves_dense_tensors_only_as_torchs(tier, backend, how):
+    """A "cpu" kernel is the dispatcher's CPU key's: a sparse, mkldnn or quantized CPU tensor
+    gets the kernel for every device, or torch's error where there is none (measured on 2.13
+    with torch's own op; side by side on the torch tier). compatfn's tiers chose by device type
+    before: the "cpu" kernel ran."""
+    ran: List[str] = []
+
+    def dense(x: torch.Tensor) -> torch.Tensor:
+        ran.append("default")
+        if x.is_quantized:
+            return x.dequantize()
+        return (x if x.layout is torch.strided else x.to_dense()).clone()
+
+    def cpu(x: torch.Tensor) -> torch.Tensor:
+        ran.append("cpu")
+        return dense(x)
+
+    for fn in (dense, cpu):  # real annotations: torch 2.4's own op cannot read strings
+        fn.__annotations__ = {"x": torch.Tensor, "return": torch.Tensor}
+
+    def define(maker: Callable) -> Any:
+        if how == "device_types":
+            return maker(cpu, device_types="cpu")
+        op = maker(dense)
+        op.register_kernel("cpu", cpu)
+        return op
+
+    ours = define(lambda fn, **kw: make(tier, "layouts", **kw)(fn))
+    if tier == "torch":
+        control = define(
+            lambda fn, **kw: torch.library.custom_op(
+                f"{fresh('own')}::layouts", fn, mutates_args=(), **kw
+            )
+        )
+        expected = _which_kernel(control, _other_backends()[backend](), ran)
+    elif how == "device_types":
+        expected = f"Could not run 'NS::layouts' with arguments from the '{backend}' backend"
+    else:
+        expected = "default"
+    assert _which_kernel(ours, _other_backends()[backend](), ran) == expected
+    assert _which_kernel(ours, torch.eye(2), ran) == "cpu,default"
+
+
+@pytest.mark.skipif(
+    not hasattr(torch, "nested"), reason=f"torch {torch.__version__} has no nested tensors"
+)
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_nested_tensor_gets_torchs_error(tier):
+    """No kernel of a custom op serves a nested tensor: torch's error, the kernel never runs
+    (measured on 2.13; compatfn's tiers ran it before)."""
+    ran: List[str] = []
+
+    @make(tier, "nested")
+    def nested(x: torch.Tensor) -> torch.Tensor:
+        ran.append("kernel")
+        return x.clone()
+
+    x = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    expected = "Could not run 'NS::nested' with arguments from the 'NestedTensorCPU' backend"
+    assert _which_kernel(nested, x, ran) == expected and ran == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import typing
-from typing import List, Optional
+from typing import Any, Callable, List, Optional
 
 import numpy as np
 import pytest
@@ -338,3 +338,38 @@ def test_set_kernel_enabled_after_a_registration_for_several_devices(tier, caplo
         "Attempted to enable kernel for xla but no kernel was registered for this device type.",
         "Attempted to enable kernel for xla but it was already enabled.",
     ]
+
+
+def _fake_output_outcome(make_op: Callable[[Callable], Any], returned: str) -> str:
+    """What a call with a meta tensor gives for an op whose fake kernel returns ``returned``:
+    the returned type's name, or the RuntimeError's first words."""
+
+    def fake_output(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    fake_output.__annotations__ = {"x": torch.Tensor, "return": torch.Tensor}  # torch 2.4
+    op = make_op(fake_output)
+    outputs = {"tuple": lambda x: (torch.empty_like(x),), "list": lambda x: [x.new_empty(3)]}
+    op.register_fake(outputs.get(returned, lambda x: 1.0))
+    try:
+        return type(op(torch.ones(3, device="meta"))).__name__
+    except RuntimeError as e:
+        return str(e).split(" (")[0].split(" [")[0]
+
+
+@pytest.mark.skipif(
+    not library.HAS_META_DEVICE, reason=f"torch {torch.__version__} has no meta device"
+)
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("returned", ["tuple", "list", "float"])
+def test_a_fake_kernels_output_is_converted_as_torchs(tier, returned):
+    """A fake kernel's output for meta tensors is converted to what the schema returns, with
+    torch's error for what it cannot be (measured on 2.13: "Unable to cast"; side by side on the
+    torch tier: torch 2.15's own op hands it back); compatfn's tiers handed it back as it was."""
+    found = _fake_output_outcome(make(tier, "fake_output"), returned)
+    if tier == "torch":
+        own = f"{fresh('own')}::fake_output"
+        control = lambda fn: torch.library.custom_op(own, fn, mutates_args=())  # noqa: E731
+        assert found == _fake_output_outcome(control, returned)
+    else:
+        assert found.startswith("Unable to cast"), found

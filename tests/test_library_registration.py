@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Any
 
@@ -94,6 +95,59 @@ def test_compiled_graph_has_one_node_of_the_op(tier):
         return opaque(a + 1, scale=2.0) * 3
 
     assert count_op_nodes(f, (torch.randn(3),), opaque) == 1
+
+
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "function"])
+@pytest.mark.parametrize("given", [True, False])
+def test_a_keyword_only_parameter_compiles_fullgraph(tier, given):
+    """An op with a keyword-only parameter, given or left out, compiles as torch's own op does
+    (dynamo 2.1 could not trace how the registered tier handed its arguments to the operator)."""
+    why = compiles()
+    if why:
+        pytest.skip(why)
+
+    @make(tier, "keyword_only")
+    def keyword_only(x: torch.Tensor, *, scale: float = 2.0) -> torch.Tensor:
+        return x * scale
+
+    keyword_only.register_fake(lambda x, *, scale=2.0: torch.empty_like(x))
+    kwargs = {"scale": 3.0} if given else {}
+    reset_dynamo()
+    got = torch.compile(lambda a: keyword_only(a, **kwargs), fullgraph=True, backend="aot_eager")
+    assert got(torch.ones(2)).tolist() == [3.0 if given else 2.0] * 2
+
+
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "function"])
+def test_a_symbolic_int_argument_compiles_and_exports(tier):
+    """A dynamic dimension given for an ``int`` parameter, under ``torch.compile(dynamic=True)``
+    and strict ``torch.export`` with an unbounded dimension, as torch's own op takes it (the
+    registered tier's int64 range test could not be traced by dynamo 2.1 and made a guard strict
+    export refuses)."""
+    why = compiles()
+    if why:
+        pytest.skip(why)
+
+    @make(tier, "sym_int")
+    def sym_int(x: torch.Tensor, n: int) -> torch.Tensor:
+        return x.new_zeros(n)
+
+    sym_int.register_fake(lambda x, n: x.new_empty(n))
+    reset_dynamo()
+    compiled = torch.compile(lambda x: sym_int(x, x.shape[0] * 2), fullgraph=True, dynamic=True)
+    assert compiled(torch.ones(3)).shape == (6,)
+    if not hasattr(torch.export, "Dim"):
+        return  # torch 2.1's export API: compile only
+
+    class Module(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return sym_int(x, x.shape[0] * 2)
+
+    dynamic = {"x": {0: torch.export.Dim("n", min=2)}}
+    strict = (
+        {"strict": True} if "strict" in inspect.signature(torch.export.export).parameters else {}
+    )
+    exported = torch.export.export(Module(), (torch.ones(4),), dynamic_shapes=dynamic, **strict)
+    assert exported.module()(torch.ones(7)).shape == (14,)
 
 
 def test_docs_inplace_op_compiles_fullgraph(docs):

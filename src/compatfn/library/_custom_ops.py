@@ -82,6 +82,7 @@ from compatfn.library._utils import (
     device_types_tuple,
     dispatch_key,
     elidable_tail,
+    is_dense,
     parse_qualname,
     tensors_in,
 )
@@ -168,7 +169,9 @@ class CustomOp:
         if not registered:  # torch 1.8-1.12's fx calls an op by its module and name
             self.__name__ = self.__qualname__ = self._name
             self.__module__ = getattr(fn, "__module__", __name__)
-        self.__wrapped__ = fn
+        # torch's name for it; no __wrapped__, so that inspect.signature(op) is the call's
+        # (*args, **kwargs), as torch's op answers it and TorchScript reads it.
+        self._init_fn = fn
         self._tensor_params, self._only_tensors_and_scalars = tensor_parameters(fn, params)
         self._eager_fn = autograd_function(self, dispatched=False)
         self._library: Any = None
@@ -225,7 +228,8 @@ class CustomOp:
             if not self._eager_ok(inputs, keyword_only):  # the operator checks, modes see it
                 if self._mutated and not dynamo_tracing():  # See bump_zero_tensors
                     bump_zero_tensors(self, inputs)
-                values = dict(zip(self._positional, inputs), **keyword_only)
+                values = dict(zip(self._positional, inputs))  # dynamo 2.1 cannot trace
+                values.update(keyword_only)  # dict(pairs, **keywords)
                 positional, keywords = self._as_written(values, given, written, count)
                 return self._opoverload(*positional, **keywords)
             check_tensor_arguments(self, inputs, keyword_only)
@@ -285,7 +289,7 @@ class CustomOp:
             and "[]" not in self._schema
             and "Tensor?" not in self._schema
             and list(self._kernels) == [None]
-            and self._kernels[None] is self.__wrapped__  # its signature is the op's
+            and self._kernels[None] is self._init_fn  # its signature is the op's
             and self._only_tensors_and_scalars
             and returns_only_tensors(self._schema)
             # a parameter the call can leave out has a default in the kernel (else Python's
@@ -304,14 +308,16 @@ class CustomOp:
     def _eager_ok(self, inputs: tuple, keyword_only: Dict[str, Any]) -> bool:
         """Whether a call may skip the dispatcher: plain tensors (no proxies, no lazy conjugate or
         negative views, no ZeroTensors), no tracing, modes, transforms, profiler or forward AD."""
-        if needs_dispatcher() or fallback_inputs(inputs):
+        if needs_dispatcher():
             return False
         if torch_function_arguments(inputs, keyword_only):  # torch.fx proxies
             return False
-        for t in tensors_in(inputs):
-            if type(t) not in _PLAIN_TENSORS:
-                return False
-        return all(type(t) in _PLAIN_TENSORS for t in tensors_in(keyword_only.values()))
+        # Asked of plain tensors only: a subclass's __torch_function__ sees none of it.
+        tensors = [*tensors_in(inputs), *tensors_in(keyword_only.values())]
+        if not all(type(t) in _PLAIN_TENSORS for t in tensors):
+            return False
+        # See NOTE: [backends other than dense]
+        return all(is_dense(t) for t in tensors) and not fallback_inputs(inputs)
 
     def _bind(self, args: tuple, kwargs: dict) -> Tuple[tuple, Dict[str, Any]]:
         """Full positional inputs (defaults filled) and the keyword-only ones."""

@@ -37,6 +37,7 @@ __all__ = [
     "HAS_LAZY_CONJ",
     "HAS_LIBRARY",
     "HAS_META_DEVICE",
+    "HAS_NESTED",
     "HAS_TAGS",
     "HAS_TORCH_CUSTOM_OP",
     "HAS_TORCH_OPCHECK",
@@ -419,6 +420,9 @@ HAS_LAZY_CONJ = hasattr(torch.Tensor, "is_neg") and hasattr(torch.Tensor, "is_co
 #: hands to a kernel as zeros expanded to its shape, and refuses for an argument the op mutates.
 # Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/aten/src/ATen/ZeroTensorFallback.cpp
 HAS_ZERO_TENSOR = hasattr(torch.Tensor, "_is_zerotensor")
+#: ``Tensor.is_nested`` (torch >= 1.13): a nested tensor, whose backend (``NestedTensorCPU``)
+#: has no kernel of a custom op's (See NOTE: [backends other than dense]).
+HAS_NESTED = hasattr(torch.Tensor, "is_nested")
 
 #: What sends a registered op's call through the dispatcher, as source tests (``{}`` stands for
 #: the object next to it): dynamo, dispatch modes, torch.func transforms, the TorchScript tracer

@@ -36,6 +36,7 @@ from compatfn.library._scalars import NUMBER_KIND
 from compatfn.library._utils import (
     below_autograd_lines,
     default_elidable,
+    dense_source,
     detached,
     distinct_output_returned,
     elidable,
@@ -103,6 +104,8 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     plain += [f"($type({t}) is $Tensor or $type({t}) is $Parameter)" for t in tensors]
     if HAS_META_DEVICE:  # meta tensors get the fake kernel, or torch's error
         plain += [f"not {t}.is_meta" for t in tensors]
+    globals_["strided"] = torch.strided  # See NOTE: [backends other than dense]
+    plain += [dense_source(t) for t in tensors]
     if HAS_LAZY_CONJ or HAS_ZERO_TENSOR:  # the dispatcher's fallbacks materialize these first
         plain += [f"not ({fallback_source(t)})" for t in tensors]
     # As torch 2.7+ and the general path: autograd, so setup_context, only in grad mode.
@@ -213,18 +216,24 @@ def _argument_lines(op: CustomOp, given: str, globals_: Dict[str, Any]) -> List[
         converted = f"{name} = $convert{i}({name})"
         if p.default is not p.empty and not _kept_as_written(p.default, kind, optional):
             left_out.append(converted)
-        body = [f"if {name}.__class__ is $Missing:", *(f"    {line}" for line in left_out)]
-        # Under dynamo, the operator's own conversion (dynamo sees numpy scalars apart).
-        body += ["elif not $dynamo_tracing():" if raw_under_dynamo else "else:"]
+        missing = [f"if {name}.__class__ is $Missing:", *(f"    {line}" for line in left_out)]
         if op._opoverload is not None:  # a value it refuses: see CustomOp._refused
-            body += ["    try:", f"        {converted}", "    except $RuntimeError as $refusal:"]
             so_far = "{" + ", ".join(f"{n!r}: {n}" for n in converted_so_far) + "}"
-            body += [f"        return $self._refused($refusal, {given}, $args, $kwargs, {so_far})"]
+            converting = [
+                "    try:",
+                f"        {converted}",
+                "    except $RuntimeError as $refusal:",
+            ]
+            converting += [
+                f"        return $self._refused($refusal, {given}, $args, $kwargs, {so_far})"
+            ]
         else:
-            body += [f"    {converted}"]
+            converting = [f"    {converted}"]
         converted_so_far.append(name)
+        # Under dynamo, the operator's own conversion (dynamo sees numpy scalars apart).
+        otherwise = "elif not $dynamo_tracing():" if raw_under_dynamo else "else:"
         if kind is None:  # always converted
-            lines += body
+            lines += [*missing, otherwise, *converting]
             continue
         globals_[f"kind{i}"] = kind
         test = f"$type({name}) is not $kind{i}"
@@ -232,8 +241,15 @@ def _argument_lines(op: CustomOp, given: str, globals_: Dict[str, Any]) -> List[
             test += f" or not -0x8000000000000000 <= {name} <= 0x7FFFFFFFFFFFFFFF"
         if kind is str:  # and a str UTF-8 cannot encode: the converter decides
             test += f" or not {name}.isascii()"
-        lines += [f"if {name} is not None and ({test}):" if optional else f"if {test}:"]
-        lines += [f"    {line}" for line in body]
+        if optional:
+            test = f"{name} is not None and ({test})"
+        if raw_under_dynamo and kind in (int, float, bool):
+            # A symbolic value while dynamo traces: dynamo 2.1 cannot trace its type(), and
+            # strict export refuses the guard of a range test. Tested only outside dynamo.
+            lines += [*missing, f"elif not $dynamo_tracing() and ({test}):", *converting]
+            continue
+        body = [*missing, otherwise, *converting]
+        lines += [f"if {test}:", *(f"    {line}" for line in body)]
     return lines + _elided_default_lines(op, globals_)
 
 
@@ -340,5 +356,5 @@ def generated_call(op: CustomOp) -> Any:
     call.__name__ = call.__qualname__ = name
     call.__code__ = call.__code__.replace(co_name=name)  # Python < 3.11 names errors by it
     call.__defaults__ = (MISSING,) * len(positional) or None
-    call.__doc__ = op.__wrapped__.__doc__
+    call.__doc__ = op._init_fn.__doc__
     return shows_torchs_call_signature(call)

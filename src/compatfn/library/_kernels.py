@@ -16,7 +16,14 @@ from compatfn.library._infer_schema import declared_arguments
 from compatfn.library._no_operator import fallback_inputs, resolved
 from compatfn.library._returns import as_tensor, converted_returns, is_sequence, type_name
 from compatfn.library._scalars import NUMBER_KIND
-from compatfn.library._utils import aliases_any, bump_version, dispatch_key, elidable, tensors_in
+from compatfn.library._utils import (
+    aliases_any,
+    bump_version,
+    dispatch_key,
+    elidable,
+    other_backend,
+    tensors_in,
+)
 
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
@@ -32,6 +39,7 @@ __all__ = [
     "check_device_types",
     "check_no_alias",
     "checked_output",
+    "converted_output",
     "device_argument_index",
     "has_tensor_argument",
     "kernel_keywords",
@@ -55,6 +63,12 @@ def kernel_for(op: CustomOp, inputs: tuple) -> Callable:
     tensors runs the kernel for its ``device`` argument, else the kernel for every device (See
     NOTE: [calls without tensors])."""
     tensors = tensors_in(inputs)
+    backend = other_backend(tensors) if tensors else None
+    if backend is not None:  # See NOTE: [backends other than dense]
+        kernel = op._kernels.get(None)
+        if kernel is None or backend.startswith("NestedTensor"):
+            raise _no_kernel_error(op, backend)
+        return kernel
     if tensors:
         device: Optional[str] = tensors[0].device.type
     elif op._device_index is not None and op._device_index < len(inputs):
@@ -70,7 +84,7 @@ def kernel_for(op: CustomOp, inputs: tuple) -> Callable:
         return _meta_kernel_for(op)
     kernel = op._kernels.get(device, op._kernels.get(None))
     if op._switched_by.get(device, device) in op._disabled_kernels and device in op._kernels:
-        return op.__wrapped__  # as torch: the function the op was made from
+        return op._init_fn  # as torch: the function the op was made from
     if kernel is None:
         raise _no_kernel_error(op, device)
     return kernel
@@ -138,8 +152,9 @@ def _no_kernel_error(op: CustomOp, device: Optional[str]) -> NotImplementedError
             "(the operator writer) forgot to register a fallback function.  Available functions "
             f"are [{available}]."
         )
+    key = device if device[0].isupper() else dispatch_key(device)  # a backend's key as is
     return NotImplementedError(
-        f"Could not run '{op._qualname}' with arguments from the '{dispatch_key(device)}' "
+        f"Could not run '{op._qualname}' with arguments from the '{key}' "
         "backend. This could be because the operator doesn't exist for this backend, or was "
         "omitted during the selective/custom build process (if using custom build). If you are a "
         "Facebook employee using PyTorch on mobile, please visit https://fburl.com/ptmfixes for "
@@ -180,7 +195,7 @@ def _meta_kernel_for(op: CustomOp) -> Callable:
         raise RuntimeError(
             f"There was no fake impl registered for {op!r}. This is necessary for "
             f"torch.compile/export/fx tracing to work. Please use "
-            f"`{getattr(op.__wrapped__, '__name__', op._name)}.register_fake` to add an "
+            f"`{getattr(op._init_fn, '__name__', op._name)}.register_fake` to add an "
             "fake impl."
         )
     return kernel
@@ -219,7 +234,7 @@ def run_kernel(op: CustomOp, inputs: tuple, count: int, keywords: Dict[str, Any]
     output = kernel(*inputs[:count], **keywords)
     if kernel is not op._fake:
         return checked_output(op, inputs, output, kernel)
-    return output
+    return converted_output(op, output)  # the fake kernel's: no aliasing rule
 
 
 def kernel_keywords(op: CustomOp, keyword_only: Dict[str, Any]) -> Dict[str, Any]:
@@ -301,6 +316,11 @@ def checked_output(
     """The kernel's ``output`` as torch hands it on: its aliasing rule checked, then converted to
     what the schema returns (:func:`as_returned`)."""
     check_no_alias(op, inputs, output, kernel)
+    return converted_output(op, output)
+
+
+def converted_output(op: CustomOp, output: Any) -> Any:
+    """A kernel's ``output`` converted to what the schema returns, with torch's errors."""
     if op._scalar_returns is not None:  # See NOTE: [non-tensor returns]
         return converted_returns(op._qualname, op._scalar_returns, output)
     return as_returned(op._tensor_returns, output)

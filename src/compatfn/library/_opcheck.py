@@ -43,9 +43,11 @@ def opcheck(
     torch >= 2.4 runs torch's own. Older torch runs the same tests, as far as that torch can:
     ``test_schema`` (undeclared mutation of an input), ``test_autograd_registration`` (outputs
     are differentiable when an input requires grad), ``test_faketensor`` (FakeTensor or ``meta``
-    outputs match the real ones in shape and dtype), ``test_aot_dispatch_dynamic`` (with
+    outputs match the real ones in shape, dtype, device, the strides of dimensions of more than
+    one element and storage offset, as torch 2.13's), ``test_aot_dispatch_dynamic`` (with
     ``torch.compile(backend="aot_eager", dynamic=True, fullgraph=True)``: outputs and gradients
-    match eager). A test this torch cannot run is reported as ``"SKIPPED: <reason>"``.
+    match eager, each run from the same random seed; an error of the op is raised as it is, not
+    wrapped by dynamo). A test this torch cannot run is reported as ``"SKIPPED: <reason>"``.
     Returns ``{test name: "SUCCESS" | "SKIPPED: ..." | exception}``; raises the first failure
     unless ``raise_exception=False``. ``atol``/``rtol``: the tolerances comparing compiled with
     eager results (torch's opcheck has them after torch 2.4; ``torch.allclose``'s by default here).
@@ -192,7 +194,8 @@ def _check_faketensor(op: CustomOp, args: tuple, kwargs: dict) -> Optional[str]:
 
 class MetadataMismatchError(RuntimeError):
     """torch's error for a fake kernel whose outputs differ from the real kernel's in shape,
-    dtype or device (``torch._subclasses.fake_tensor.MetadataMismatchError`` of newer torch;
+    dtype, device, strides or storage offset (``torch._subclasses.fake_tensor.
+    MetadataMismatchError`` of newer torch;
     torch 2.4 and 2.5 raise a RuntimeError with the same message, measured)."""
 
 
@@ -207,6 +210,8 @@ def _compare_fake_and_real(op: CustomOp, fake: List[Any], real: List[Any]) -> No
     if len(fake) != len(real):
         raise AssertionError(f"{context} mismatch in number of returns {len(fake)} != {len(real)}")
     for i, (f, r) in enumerate(zip(fake, real)):
+        if r.layout is torch.strided and r.storage_offset() != f.storage_offset():
+            raise MetadataMismatchError(f"{context} mismatched storage offset")
         mismatch = None
         if tuple(f.shape) != tuple(r.shape):
             mismatch = f"Shapes {r.shape} and {f.shape} are not equal!"
@@ -214,9 +219,47 @@ def _compare_fake_and_real(op: CustomOp, fake: List[Any], real: List[Any]) -> No
             mismatch = f"Dtypes {r.dtype} and {f.dtype} are not equal!"
         elif f.device != r.device and f.device.type != "meta":
             mismatch = f"Devices {r.device} and {f.device} are not equal!"
+        elif _stride_mismatch(r, f) is not None:
+            where = _stride_mismatch(r, f)
+            mismatch = (
+                f"Stride mismatch! Strides are {r.stride()} and {f.stride()} "
+                f"(mismatched at {where})!"
+            )
         if mismatch is not None:
             which = "" if len(real) == 1 else f" for output[{i}]"
             raise MetadataMismatchError(f"{context} mismatched tensor metadata{which}: {mismatch}")
+
+
+#: dynamo's exceptions around an error raised while it compiles (the op's own, in its kernel,
+#: fake kernel or autograd formula): torch's opcheck, which runs AOTAutograd without dynamo,
+#: reports the op's error itself.
+_DYNAMO_WRAPPERS = ("BackendCompilerFailed", "TorchRuntimeError", "InternalTorchDynamoError")
+
+
+def _unwrapped(error: BaseException) -> BaseException:
+    """The error inside dynamo's wrappers of it."""
+    while type(error).__name__ in _DYNAMO_WRAPPERS or _runs_node(error):
+        inner = getattr(error, "inner_exception", None) or error.__cause__ or error.__context__
+        if inner is None:
+            break
+        error = inner
+    return error
+
+
+def _runs_node(error: BaseException) -> bool:
+    """dynamo's RuntimeError around an error of a node it runs on fake values (torch 2.1)."""
+    return type(error) is RuntimeError and str(error).startswith("Failed running ")
+
+
+def _stride_mismatch(real: torch.Tensor, fake: torch.Tensor) -> Optional[int]:
+    """The first dimension of more than one element where the strides differ, for a tensor with
+    elements (torch 2.13's ``check_significant_strides``, which its opcheck applies); else None."""
+    if real.layout is not torch.strided or real.numel() == 0:
+        return None
+    for i, (size, a, b) in enumerate(zip(real.shape, real.stride(), fake.stride())):
+        if size > 1 and a != b:
+            return i
+    return None
 
 
 def _check_aot_dispatch_dynamic(
@@ -238,6 +281,11 @@ def _check_aot_dispatch_dynamic(
         return op(*values, **kwargs)
 
     def run(fn: Callable) -> Tuple[List[torch.Tensor], List[Any]]:
+        with torch.random.fork_rng():  # as torch's opcheck: each run from the same seed
+            torch.manual_seed(42)
+            return run_seeded(fn)
+
+    def run_seeded(fn: Callable) -> Tuple[List[torch.Tensor], List[Any]]:
         used = _cloned(args)
         leaves = [t for t in tensors_in(used) if t.requires_grad]
         out = _outputs(fn(*used))
@@ -254,7 +302,10 @@ def _check_aot_dispatch_dynamic(
     dynamo.reset()
     try:
         compiled = torch.compile(call, backend="aot_eager", dynamic=True, fullgraph=True)
-        got = run(compiled)
+        try:
+            got = run(compiled)
+        except Exception as error:
+            raise _unwrapped(error) from None
     finally:
         dynamo.reset()
     expected = run(call)

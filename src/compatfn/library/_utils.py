@@ -26,6 +26,7 @@ from compatfn.library._facts import (
     GUARD_IS_CONTEXT,
     GUARDS_REUSABLE,
     HAS_LAZY_CONJ,
+    HAS_NESTED,
     HAS_ZERO_TENSOR,
     RESERVED_NAMESPACES,
     BelowAutograd,
@@ -319,6 +320,62 @@ def elidable_tail(op: CustomOp) -> int:
 # tensor itself. A lazily negated view (``is_neg()``) can be real (``z.conj().imag``). Reading
 # ``dtype.is_complex`` (two attribute reads) costs less than calling ``is_conj()``, so the generated
 # test asks ``is_conj()`` only of complex tensors.
+
+
+# NOTE: [backends other than dense]
+# torch's dispatcher picks an op's kernel by the backend of its tensors, not by their device
+# type alone: a kernel registered for "cpu" serves dense (strided) CPU tensors only. A sparse,
+# sparse compressed, mkldnn or quantized tensor gets the op's kernel for every device, or
+# torch's "Could not run '<op>' with arguments from the 'SparseCPU' backend" where it has none;
+# a nested tensor gets that error in any case (no kernel of a custom op serves its backend).
+# Where several tensors differ, the backend of highest priority decides (nested, then sparse
+# compressed, sparse, mkldnn, quantized: the order of c10's functionality keys). Measured on
+# torch 2.13 with torch's own custom_op.
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/c10/core/DispatchKey.h
+
+#: A backend's name before the device's in its dispatch key, by priority (See NOTE: [backends
+#: other than dense]).
+_OTHER_BACKENDS = ("NestedTensor", "SparseCsr", "Sparse", "Mkldnn", "Quantized")
+_SPARSE_COMPRESSED = frozenset(
+    getattr(torch, name)
+    for name in ("sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc")
+    if hasattr(torch, name)
+)
+
+
+def dense_source(t: str) -> str:
+    """Python source that is True when the tensor named ``t`` is dense (strided, not quantized,
+    not nested: See NOTE: [backends other than dense]); it reads ``$strided``."""
+    nested = f" or {t}.is_nested" if HAS_NESTED else ""
+    return f"{t}.layout is $strided and not ({t}.is_quantized{nested})"
+
+
+def is_dense(t: torch.Tensor) -> bool:
+    """Whether ``t`` is dense: strided, not quantized, not nested."""
+    return backend_of(t) is None
+
+
+def backend_of(t: torch.Tensor) -> Optional[str]:
+    """The name of ``t``'s backend other than dense (``"Sparse"``), else None."""
+    if HAS_NESTED and t.is_nested:
+        return "NestedTensor"
+    if t.layout in _SPARSE_COMPRESSED:
+        return "SparseCsr"
+    if t.layout is torch.sparse_coo:
+        return "Sparse"
+    if t.layout is not torch.strided:
+        return "Mkldnn"
+    return "Quantized" if t.is_quantized else None
+
+
+def other_backend(tensors: Sequence[torch.Tensor]) -> Optional[str]:
+    """The dispatch key (``"SparseCPU"``) of the backend other than dense of highest priority
+    among ``tensors``, if any (See NOTE: [backends other than dense])."""
+    found = {backend_of(t): t for t in tensors}
+    for name in _OTHER_BACKENDS:
+        if name in found:
+            return name + dispatch_key(found[name].device.type)
+    return None
 
 
 def fallback_source(t: str) -> str:
