@@ -22,6 +22,7 @@ from compatfn.library._facts import (
     HAS_IS_INFERENCE,
     HAS_LAZY_CONJ,
     HAS_META_DEVICE,
+    HAS_NESTED,
     HAS_ZERO_TENSOR,
     BelowAutograd,
     autograd_excluded,
@@ -36,7 +37,6 @@ from compatfn.library._scalars import NUMBER_KIND
 from compatfn.library._utils import (
     below_autograd_lines,
     default_elidable,
-    dense_source,
     detached,
     distinct_output_returned,
     elidable,
@@ -102,10 +102,12 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         plain.append("not $profiler_enabled()")
     # Tensor subclasses, torch.fx proxies and wrong arguments take the general path.
     plain += [f"($type({t}) is $Tensor or $type({t}) is $Parameter)" for t in tensors]
-    if HAS_META_DEVICE:  # meta tensors get the fake kernel, or torch's error
-        plain += [f"not {t}.is_meta" for t in tensors]
-    globals_["strided"] = torch.strided  # See NOTE: [backends other than dense]
-    plain += [dense_source(t) for t in tensors]
+    # Meta tensors get the fake kernel, or torch's error; a nested tensor torch's error (See
+    # NOTE: [backends other than dense]: the short path's one kernel, for every device, is what
+    # the dispatcher runs for the other backends).
+    if HAS_META_DEVICE:
+        nested = " or {}.is_nested" if HAS_NESTED else ""
+        plain += [f"not ({t}.is_meta{nested.format(t)})" for t in tensors]
     if HAS_LAZY_CONJ or HAS_ZERO_TENSOR:  # the dispatcher's fallbacks materialize these first
         plain += [f"not ({fallback_source(t)})" for t in tensors]
     # As torch 2.7+ and the general path: autograd, so setup_context, only in grad mode.

@@ -343,13 +343,6 @@ _SPARSE_COMPRESSED = frozenset(
 )
 
 
-def dense_source(t: str) -> str:
-    """Python source that is True when the tensor named ``t`` is dense (strided, not quantized,
-    not nested: See NOTE: [backends other than dense]); it reads ``$strided``."""
-    nested = f" or {t}.is_nested" if HAS_NESTED else ""
-    return f"{t}.layout is $strided and not ({t}.is_quantized{nested})"
-
-
 def is_dense(t: torch.Tensor) -> bool:
     """Whether ``t`` is dense: strided, not quantized, not nested."""
     return backend_of(t) is None
