@@ -191,8 +191,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     pytest-xdist the controller: a worker's ``record_testsuite_property`` never reaches it)."""
     if hasattr(session.config, "workerinput"):
         return
-    from _pytest.junitxml import xml_key  # what record_testsuite_property writes through
-
+    try:  # pytest's own key, what record_testsuite_property writes through (pytest >= 7)
+        from _pytest.junitxml import xml_key
+    except ImportError:  # the report then says the run's torch is unknown
+        return
     xml = session.config.stash.get(xml_key, None)
     for name, value in _environment() if xml is not None else ():
         xml.add_global_property(name, value)

@@ -194,9 +194,9 @@ def _check_faketensor(op: CustomOp, args: tuple, kwargs: dict) -> Optional[str]:
 
 class MetadataMismatchError(RuntimeError):
     """torch's error for a fake kernel whose outputs differ from the real kernel's in shape,
-    dtype, device, strides or storage offset (``torch._subclasses.fake_tensor.
-    MetadataMismatchError`` of newer torch;
-    torch 2.4 and 2.5 raise a RuntimeError with the same message, measured)."""
+    dtype, device, strides or storage offset (``MetadataMismatchError`` of newer torch's
+    ``torch._subclasses.fake_tensor``; torch 2.4 and 2.5 raise a RuntimeError with the same
+    message, measured)."""
 
 
 def _compare_fake_and_real(op: CustomOp, fake: List[Any], real: List[Any]) -> None:
@@ -220,10 +220,9 @@ def _compare_fake_and_real(op: CustomOp, fake: List[Any], real: List[Any]) -> No
         elif f.device != r.device and f.device.type != "meta":
             mismatch = f"Devices {r.device} and {f.device} are not equal!"
         elif _stride_mismatch(r, f) is not None:
-            where = _stride_mismatch(r, f)
             mismatch = (
                 f"Stride mismatch! Strides are {r.stride()} and {f.stride()} "
-                f"(mismatched at {where})!"
+                f"(mismatched at {_stride_mismatch(r, f)})!"
             )
         if mismatch is not None:
             which = "" if len(real) == 1 else f" for output[{i}]"
