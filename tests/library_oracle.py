@@ -7,9 +7,10 @@ it (``library_oracle_contexts``) and its outcome (``library_oracle_outcome``).
 
 A *case* is a plain, JSON-able dict (so that a fixed set of cases and the outcomes torch's own op
 gives them can be stored for rows without ``torch.library.custom_op``): ``params`` (name, type,
-default), ``outputs`` (0-3 tensors), ``mutates``, ``kernel`` (what the kernel does), ``autograd``
-/ ``fake`` / ``autocast`` (which ``register_*`` run; ``autograd`` also what backward returns;
-``autocast`` a CPU rule to bfloat16), ``schema``
+default), ``outputs`` (0-3 tensors; with ``returns``, the op's return types in order:
+``Tensor``, ``Tensor[]``, ``int``, ``float``, ``bool``), ``mutates``, ``kernel`` (what the
+kernel does), ``autograd`` / ``fake`` / ``autocast`` (which ``register_*`` run; ``autograd`` also
+what backward returns; ``autocast`` a CPU rule to bfloat16), ``schema``
 (given explicitly, possibly disagreeing with the annotations), ``args`` (how each parameter is
 passed, and with which value), ``grad`` (the tensor inputs that require grad) and ``context``
 (what the call runs under). :func:`outcome` runs a case on one op maker and returns everything

@@ -66,9 +66,28 @@ def _schema(case: Dict[str, Any]) -> Optional[str]:
         if p.get("kw_only"):
             parts.append("*")
         parts.append(f"{kind} {p['name']}{default}")
-    n = case["outputs"]
-    returns = "()" if n == 0 else "Tensor" if n == 1 else "(" + ", ".join(["Tensor"] * n) + ")"
+    kinds = [_RETURN_SCHEMA[k] for k in return_kinds(case)]
+    returns = "()" if not kinds else kinds[0] if len(kinds) == 1 else f"({', '.join(kinds)})"
     return f"({', '.join(parts)}) -> {returns}"
+
+
+#: Each of ``library_oracle_cases.RETURNS`` in a schema and as an annotation.
+_RETURN_SCHEMA = {"Tensor": "Tensor", "Tensor[]": "Tensor[]", "int": "SymInt", "float": "float"}
+_RETURN_SCHEMA["bool"] = "bool"
+_RETURN_SOURCE = {"Tensor": "torch.Tensor", "Tensor[]": "List[torch.Tensor]", "int": "int"}
+_RETURN_SOURCE.update(float="float", bool="bool")
+
+
+def return_kinds(case: Dict[str, Any]) -> List[str]:
+    """The op's return types: the case's ``returns``, else ``outputs`` tensors."""
+    return list(case.get("returns") or ["Tensor"] * case["outputs"])
+
+
+def _returned(kind: str, tensor: str, i: int) -> str:
+    """The source of the kernel's ``i``-th return of type ``kind`` (``tensor``: its tensor)."""
+    if kind == "Tensor[]":
+        return f"[{tensor}, ({tensor}) * 2]"
+    return {"Tensor": tensor, "int": str(i + 7), "float": f"{i + 0.5}", "bool": "True"}[kind]
 
 
 #: Another default of a dtype or device default (a spec, as ``library_oracle_contexts`` reads).
@@ -104,12 +123,12 @@ def _schema_default(value: Any, kind: str) -> str:
     return repr(value)
 
 
-def _returns(n: int) -> str:
-    if n == 0:
+def _returns(kinds: List[str]) -> str:
+    if not kinds:
         return "None"
-    if n == 1:
-        return "torch.Tensor"
-    return "Tuple[" + ", ".join(["torch.Tensor"] * n) + "]"
+    if len(kinds) == 1:
+        return _RETURN_SOURCE[kinds[0]]
+    return "Tuple[" + ", ".join(_RETURN_SOURCE[k] for k in kinds) + "]"
 
 
 def _kernel_source(case: Dict[str, Any]) -> str:
@@ -156,6 +175,8 @@ def _kernel_source(case: Dict[str, Any]) -> str:
         "return_nonleaf": ["state['nonleaf']", *outs[1:]],
     }
     outs = special.get(kernel, outs)
+    if case.get("returns"):
+        outs = [_returned(k, out, i) for i, (k, out) in enumerate(zip(case["returns"], outs))]
     if n == 0 or kernel == "return_none":
         body.append("return None")
     elif kernel == "return_float":
@@ -172,7 +193,9 @@ def _kernel_source(case: Dict[str, Any]) -> str:
         body.append(f"return {outs[0]}")
     else:
         body.append("return (" + ", ".join(outs) + ")")
-    lines = [f"def kernel({', '.join(sig)}) -> {_returns(n)}:"] + [f"    {b}" for b in body]
+    lines = [f"def kernel({', '.join(sig)}) -> {_returns(return_kinds(case))}:"] + [
+        f"    {b}" for b in body
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -279,13 +302,12 @@ def build(case: Dict[str, Any], maker: Callable, qualname: str) -> Tuple[Any, Di
 
         register("register_kernel", "cpu", cpu_kernel)
     if case["fake"]:
-        n = case["outputs"]
+        kinds = return_kinds(case)
 
         def fake(x: Any, *rest: Any, **kw: Any) -> Any:
             state["log"].append(f"fake: {1 + len(rest)} positional, keywords {sorted(kw)}")
-            if n == 0:
-                return None
-            return torch.empty_like(x) if n == 1 else tuple(torch.empty_like(x) for _ in range(n))
+            outs = [_fake_returned(kind, x, i) for i, kind in enumerate(kinds)]
+            return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
 
         register("register_fake", fake)
     if case.get("autocast"):
@@ -297,6 +319,15 @@ def build(case: Dict[str, Any], maker: Callable, qualname: str) -> Tuple[Any, Di
             setup_context=_setup_context(state, case.get("setup", "plain")),
         )
     return op, state
+
+
+def _fake_returned(kind: str, x: torch.Tensor, i: int) -> Any:
+    """The fake kernel's ``i``-th return of type ``kind``, for an input like ``x``."""
+    if kind == "Tensor":
+        return torch.empty_like(x)
+    if kind == "Tensor[]":
+        return [torch.empty_like(x), torch.empty_like(x)]
+    return {"int": i + 7, "float": i + 0.5, "bool": True}[kind]
 
 
 def _registration(op: Any, qualname: str, via: str) -> Callable:
@@ -327,6 +358,15 @@ _SETUP_PARAMETERS = {
     "keyword_only": "*, output, inputs, ctx, keyword_only_inputs=None",
     "kwargs": "**kwargs",
 }
+
+
+def tensors_of(values: Any) -> List[torch.Tensor]:
+    """The tensors in ``values``, lists of them included (None and other values left out)."""
+    if isinstance(values, torch.Tensor):
+        return [values]
+    if isinstance(values, (tuple, list)):
+        return [t for v in values for t in tensors_of(v)]
+    return []
 
 
 def _setup_context(state: Dict[str, Any], signature: str) -> Callable:
@@ -361,7 +401,7 @@ def _backward(case: Dict[str, Any], state: Dict[str, Any]) -> Callable:
 
     def backward(ctx: Any, *grads: Any) -> Any:
         state["needs"].append(["backward", _flags(ctx.needs_input_grad)])
-        total = sum(g for g in grads if g is not None)
+        total = sum(tensors_of(grads))
         result: List[Any] = []
         for kind, n, none in zip(kinds, ctx.lens, ctx.nones):
             if kind in ("List[Tensor]", "List[Optional[Tensor]]"):

@@ -100,6 +100,11 @@ CONTEXTS = [
 SIDE_BY_SIDE_CONTEXTS = ["meta", "fake_mode", "dispatch_mode", "zero_tensors", *TRANSFORMS]
 
 
+#: What a kernel may return besides tensors (``returns``: the op's return types, in order; a case
+#: without it returns ``outputs`` tensors) and the kernels that draw them.
+RETURNS = ["Tensor", "Tensor[]", "int", "float", "bool"]
+RETURN_KERNELS = ["pure", "random", "capture_param", "nested", "raising", "autograd_grad"]
+
 #: What the case registers with register_autograd: nothing (False), or a backward returning a
 #: gradient per positional argument (True), one fewer, one more (a tensor), or a bare tensor.
 AUTOGRAD = [False, True, "one_fewer", "one_more", "single"]
@@ -148,7 +153,7 @@ def cases(draw: Any, contexts: List[str] = CONTEXTS) -> Dict[str, Any]:
         how = "kw" if how == "pos" and p.get("kw_only") else how
         args.append({"how": how, "value": _draw_value(draw, p["type"])})
     autograd = not mutates and draw(st.sampled_from(AUTOGRAD))
-    return {
+    drawn: Dict[str, Any] = {
         "params": params,
         "outputs": outputs,
         "mutates": mutates,
@@ -162,6 +167,11 @@ def cases(draw: Any, contexts: List[str] = CONTEXTS) -> Dict[str, Any]:
         "grad": sorted(draw(st.sets(st.sampled_from(tensor_names)))),
         "context": draw(st.sampled_from(contexts)),
     }
+    if kernel in RETURN_KERNELS and outputs and draw(st.integers(0, 2)) == 0:
+        returns = draw(st.lists(st.sampled_from(RETURNS), max_size=2))
+        returns.insert(draw(st.integers(0, len(returns))), draw(st.sampled_from(RETURNS[:2])))
+        drawn.update(returns=returns, outputs=len(returns))
+    return drawn
 
 
 def _first_default(kind: str) -> Any:
@@ -508,6 +518,20 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
     "a refused argument, then a generator, through the operator": _refused_after_generator(
         [{"how": "kw", "value": "tensor"}, {"how": "kw", "value": "generator"}]
     ),
+    # Tensor lists among several returns: the lists' tensors lost their gradient (1.8-2.3).
+    "a tensor list and an int returned, input requiring grad": case(
+        returns=["Tensor[]", "int"], outputs=2, grad=["x"], autograd=True
+    ),
+    "a tensor and a tensor list returned, setup_context and backward see them": case(
+        returns=["Tensor", "Tensor[]"], outputs=2, grad=["x"], autograd=True, fake=True
+    ),
+    "two tensor lists returned, input requiring grad, no autograd registered": case(
+        returns=["Tensor[]", "bool", "Tensor[]"], outputs=3, grad=["x"]
+    ),
+    "a tensor list alone returned, input requiring grad": case(
+        returns=["Tensor[]"], grad=["x"], autograd=True
+    ),
+    "a float and a tensor returned, no grad": case(returns=["float", "Tensor"], outputs=2),
 }
 
 
@@ -554,6 +578,14 @@ TRANSFORM_REGRESSIONS: Dict[str, Dict[str, Any]] = {
     ),
     "a declared mutation of a ZeroTensor, an optional tensor after it": _with_scalar(
         "Optional[Tensor]", "none", "tensor", mutates=["x"], context="zero_tensors"
+    ),
+    "a tensor list and an int returned, compiled with autograd": case(
+        returns=["Tensor[]", "int"],
+        outputs=2,
+        grad=["x"],
+        autograd=True,
+        fake=True,
+        context="compile",
     ),
     "a list op's backward returning one gradient fewer, compiled": _with_scalar(
         "List[Tensor]",

@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List
 
 import torch
 
-from library_oracle_build import build
+from library_oracle_build import build, tensors_of
 from library_oracle_contexts import call, call_arguments, context, normalise
 
 
@@ -99,8 +99,7 @@ def outcome(case: Dict[str, Any], maker: Callable, qualname: str) -> Dict[str, A
 
 
 def _backward_outcome(output: Any, tensors: List[Any], state: Dict[str, Any]) -> Any:
-    outs = list(output) if isinstance(output, (tuple, list)) else [output]
-    outs = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
+    outs = [o for o in tensors_of(output) if o.requires_grad]
     if not outs:
         return None
     leaves = [t for t in tensors if t.requires_grad] + [state["param"]]

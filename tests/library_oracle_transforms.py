@@ -72,9 +72,11 @@ def _fx_targets(graph: Any) -> List[str]:
 
 
 def _total(output: Any) -> torch.Tensor:
-    """The sum of every tensor output (torch.func.grad needs one scalar)."""
-    outs = output if isinstance(output, (tuple, list)) else [output]
-    return sum(o.sum() for o in outs)  # a non-tensor output fails as the op's own call would
+    """The sum of every tensor output, those in lists included (torch.func.grad needs one
+    scalar); a declared non-tensor return (an int) adds nothing."""
+    if isinstance(output, (tuple, list)):
+        return sum(_total(o) for o in output if not isinstance(o, (int, float, bool)))
+    return output.sum()  # anything else fails as the op's own call would
 
 
 def _exported(f: Callable, tensors: List[torch.Tensor], strict: bool) -> Any:

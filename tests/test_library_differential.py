@@ -500,13 +500,14 @@ def test_recorded_case_matches_torch_custom_op(tier: str, index: int) -> None:
 def needs_on_this_torch(case: Dict[str, Any], needs: List[Any]) -> List[Any]:
     """torch's ``ctx.needs_input_grad`` (in setup_context, then backward) as compatfn's older
     tiers give it on a torch where Python cannot assign it (measured: 1.8-2.3; docs/custom-ops.md):
-    an op with a keyword-only or tensor-list parameter sees in backward what setup_context saw
-    (the metadata's entries, lists flat); any other op lacks the metadata's entry in
-    setup_context."""
+    an op with a keyword-only or tensor-list parameter (or a tensor-list return) sees in
+    backward what setup_context saw (the metadata's entries, lists flat); any other op lacks the
+    metadata's entry in setup_context."""
     if NEEDS_INPUT_GRAD_WRITABLE:
         return needs
     lists = ("List[Tensor]", "List[Optional[Tensor]]")
     metadata = any(p.get("kw_only") or p["type"] in lists for p in case["params"])
+    metadata = metadata or "Tensor[]" in case.get("returns", ())
     result, seen = [], None
     for where, flags in needs:
         if where == "setup":

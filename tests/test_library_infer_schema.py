@@ -28,6 +28,22 @@ def test_schema_errors(tier, annotation, message):
         make(tier, "bad")(namespace["f"])
 
 
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_given_schema_with_symint_as_torchs_inference_writes_it(tier):
+    """``SymInt``, what torch 2.x's own inference writes for ``int``, in a ``schema=`` on every
+    torch (1.8-1.12's parser does not know it: read as ``int``)."""
+
+    def f(x: torch.Tensor, n: int, sizes: Sequence[int]) -> Tuple[int, torch.Tensor]:
+        return n + len(sizes), x * n
+
+    schema = "(Tensor x, SymInt n, SymInt[] sizes) -> (SymInt, Tensor)"
+    op = make(tier, "symint", schema=schema)(f)
+    count, out = op(torch.ones(2), 3, [1, 2])
+    assert (count, out.tolist()) == (5, [3.0, 3.0])
+    with pytest.raises(RuntimeError, match="Expected a value of type 'int' for argument 'n'"):
+        op(torch.ones(2), 2.5, [1])
+
+
 @pytest.mark.parametrize("tier", [t for t in TIERS if t != "torch"])  # torch's own words there
 def test_an_unsupported_default_is_refused_in_torchs_words(tier):
     """As torch 2.13's infer_schema (compatfn's words before: without its last sentence)."""

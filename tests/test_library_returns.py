@@ -25,6 +25,8 @@ _ANNOTATIONS = [
     "None",
     "Tuple[torch.Tensor, int]",
     "Tuple[torch.Tensor]",
+    "Tuple[List[torch.Tensor], int]",
+    "Tuple[torch.Tensor, List[torch.Tensor]]",
 ]
 
 
@@ -52,6 +54,12 @@ def _values() -> Dict[str, Any]:
         "[1]": [1],
         "(ones(1), 2.0)": (torch.ones(1), 2.0),
         "[ones(1), True]": [torch.ones(1), True],
+        "((ones(1), ones(1)), 2)": ((torch.ones(1), torch.ones(1)), 2),
+        "([ones(1), None], 2)": ([torch.ones(1), None], 2),
+        "(ones(1), [ones(1)])": (torch.ones(1), [torch.ones(1)]),
+        "(ones(1), (ones(1),))": (torch.ones(1), (torch.ones(1),)),
+        "(set(), 2)": (set(), 2),
+        "(range(0), 2)": (range(0), 2),
     }
 
 
@@ -63,7 +71,7 @@ def _outcomes(define: Callable[[str, Callable], Any]) -> Dict[str, str]:
         for label, value in _values().items():
             scope: Dict[str, Any] = {"torch": torch, "value": value}
             source = (
-                "from typing import Tuple\n"
+                "from typing import List, Tuple\n"
                 f"def kernel(x: torch.Tensor) -> {annotation}:\n    return value\n"
             )
             # Real annotations: not this module's ``from __future__ import annotations``.
@@ -93,13 +101,57 @@ def _expected(tier: str) -> Dict[str, str]:
 
 @pytest.mark.parametrize("tier", TIERS)
 def test_non_tensor_returns_convert_as_torchs(tier):
-    """int, float, bool, Scalar, nothing and a (Tensor, int) tuple: each value converted as
-    torch converts it, or torch's error (compatfn's tiers before: the value as returned)."""
+    """int, float, bool, Scalar, nothing, a (Tensor, int) tuple and tuples with a tensor list:
+    each value converted as torch converts it, or torch's error (compatfn's tiers before: the
+    value as returned)."""
     pytest.importorskip("numpy")
     got = _outcomes(lambda qualname, fn: make(tier, "op", qualname=qualname)(fn))
     expected = _expected(tier)
     different = {k: (got[k], expected[k]) for k in expected if got.get(k) != expected[k]}
     assert not different, json.dumps(different, indent=1)
+
+
+#: What a kernel may return for the tensor list of ``Tuple[List[Tensor], int]``: whether torch
+#: 2.13's own op takes it (as a list) or refuses it.
+_LIST_RETURNS = {
+    "a generator": ("(t for t in [x * 2])", True),
+    "a map": ("map(lambda t: t * 2, [x])", True),
+    "an iterator over a list": ("iter([x * 2])", False),
+    "a dict": ("{x: x}", False),
+    "a string": ("'ab'", False),
+    "a tensor": ("x * 2", False),
+}
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("what", sorted(_LIST_RETURNS))
+def test_a_tensor_list_among_returns_takes_what_torch_takes(tier, what):
+    """compatfn's tiers before: any value as it was returned."""
+    body, taken = _LIST_RETURNS[what]
+    scope: Dict[str, Any] = {"torch": torch}
+    source = (
+        "from typing import List, Tuple\n"
+        "def kernel(x: torch.Tensor) -> Tuple[List[torch.Tensor], int]:\n"
+        f"    return {body}, 3\n"
+    )
+    exec(compile(source, "<kernel>", "exec", dont_inherit=True), scope)
+    op = make(tier, "list_return")(scope["kernel"])
+    if (
+        tier == "torch"
+    ):  # the running torch's own op (torch 2.4 takes neither a generator nor a map)
+        own = torch.library.custom_op(f"{fresh('own')}::list_return", mutates_args=())
+        try:
+            own(scope["kernel"])(torch.ones(1))
+        except RuntimeError:
+            taken = False
+        else:
+            taken = True
+    if not taken:
+        with pytest.raises(RuntimeError, match="Unable to cast Python instance of type"):
+            op(torch.ones(1))
+        return
+    tensors, count = op(torch.ones(1))
+    assert type(tensors) is list and tensors[0].tolist() == [2.0] and count == 3
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--record"]:

@@ -31,6 +31,8 @@ __all__ = [
     "Call",
     "apply_autograd",
     "autograd_function",
+    "list_return_positions",
+    "regrouped_returns",
     "simple_functions",
     "user_backward",
 ]
@@ -51,6 +53,72 @@ __all__ = [
 # 1.8-2.3), an op that needs no ``Call`` takes no metadata input: backward sees torch's
 # needs_input_grad, setup_context one entry fewer than torch's, and ``torch_checked_gradients``
 # checks the gradients against torch's inputs as autograd would.
+
+
+# NOTE: [tensor lists among several returns]
+# An autograd.Function records the tensors of its output tuple, not those inside a list in it: an
+# op returning ``(Tensor[], SymInt)`` would hand back tensors without a grad_fn. torch's own op
+# flattens its outputs for its Function and regroups them (torch/_library/autograd.py, with a
+# pytree spec); compatfn's Function returns each list's items in its place and the lists' lengths
+# as one more output (``_Lengths``, no tensor); the op's caller, setup_context and backward see
+# the returns regrouped, each list a list (backward: of gradients, None for a non-tensor return).
+
+
+class _Lengths:
+    """The lengths of an output's tensor lists, the last output of the op's autograd Function."""
+
+    __slots__ = ("lengths",)
+
+    def __init__(self, lengths: List[int]) -> None:
+        self.lengths = lengths
+
+
+def list_return_positions(schema: str) -> Tuple[int, ...]:
+    """Which of two or more returns of ``schema`` are tensor lists (See NOTE: [tensor lists
+    among several returns]).
+
+    Example::
+
+        >>> list_return_positions("(Tensor x) -> (Tensor[], SymInt)")
+        (0,)
+    """
+    returns = schema.rsplit("->", 1)[1].strip()
+    if not returns.startswith("(") or returns.startswith("(("):
+        return ()
+    parts = [r.strip() for r in returns[1:-1].split(",")]
+    return tuple(i for i, r in enumerate(parts) if r == "Tensor[]") if len(parts) > 1 else ()
+
+
+def _flat_returns(output: Any, positions: Tuple[int, ...]) -> Any:
+    """``output`` with each list at ``positions`` spread in its place and the lengths last; an
+    output of another shape as it is (torch's conversion refuses it afterwards)."""
+    if not isinstance(output, (tuple, list)) or any(
+        i >= len(output) or not isinstance(output[i], (tuple, list)) for i in positions
+    ):
+        return output
+    flat: List[Any] = []
+    lengths = []
+    for i, item in enumerate(output):
+        if i in positions:
+            flat.extend(item)
+            lengths.append(len(item))
+        else:
+            flat.append(item)
+    return (*flat, _Lengths(lengths))
+
+
+def regrouped_returns(flat: Any, positions: Tuple[int, ...]) -> Any:
+    """The returns of ``_flat_returns``'s output (or its gradients, the lengths last) regrouped:
+    each list at ``positions`` a list again."""
+    if not isinstance(flat, tuple) or not flat or type(flat[-1]) is not _Lengths:
+        return flat
+    lengths = iter(flat[-1].lengths)
+    items = iter(flat[:-1])
+    count = len(flat) - 1 - sum(flat[-1].lengths) + len(positions)
+    return tuple(
+        [next(items) for _ in range(next(lengths))] if i in positions else next(items)
+        for i in range(count)
+    )
 
 
 class Call:
@@ -121,6 +189,8 @@ def autograd_function(op: CustomOp, dispatched: bool) -> Any:
             out = below_autograd(run_kernel, call, {})
         else:
             out = below_autograd(op._opoverload, args, keyword_only)
+        if op._list_returns:  # See NOTE: [tensor lists among several returns]
+            return _flat_returns(out, op._list_returns)
         return tuple(out) if op._returns_list else out  # autograd tracks tuples, not lists
 
     def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
@@ -130,10 +200,14 @@ def autograd_function(op: CustomOp, dispatched: bool) -> Any:
             ctx._non_tensors = frozenset(
                 i for i, v in enumerate(args) if not isinstance(v, torch.Tensor)
             )
+        if op._list_returns:  # for backward: See NOTE: [tensor lists among several returns]
+            ctx._output_lengths = output[-1] if isinstance(output, tuple) and output else None
         if op._setup_context is None:
             return
         args = (*args, *schema_defaults[len(args) :])  # torch fills them in (fill_defaults)
         output = list(output) if op._returns_list else output
+        if op._list_returns:
+            output = regrouped_returns(output, op._list_returns)
         kwargs = {"ctx": ctx, "inputs": args, "output": output}
         if op._keyword_only:
             kwargs["keyword_only_inputs"] = keyword_only
@@ -145,6 +219,8 @@ def autograd_function(op: CustomOp, dispatched: bool) -> Any:
 
     def backward(ctx: Any, *grads: Any) -> Any:
         grads = (list(grads),) if definition._returns_list else grads
+        if definition._list_returns:  # the lengths' gradient (None) replaced by the lengths
+            grads = regrouped_returns((*grads[:-1], ctx._output_lengths), definition._list_returns)
         layout = ctx._input_layout
         result = stripped_backward(definition, ctx, grads, layout, extra)
         if extra == 2:  # torch checks a tensor-list op's gradients by their structure

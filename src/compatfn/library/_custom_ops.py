@@ -26,7 +26,12 @@ from compatfn.library._autocast import (
     call_autocast,
     check_autocast_device_type,
 )
-from compatfn.library._autograd import apply_autograd, autograd_function
+from compatfn.library._autograd import (
+    apply_autograd,
+    autograd_function,
+    list_return_positions,
+    regrouped_returns,
+)
 from compatfn.library._call_errors import check_tensor_arguments, generators_listed
 from compatfn.library._convert import (
     MISSING,
@@ -149,6 +154,7 @@ class CustomOp:
         self._conversions = conversions(qualname, self._schema, schema is None, registered)
         self._keyword_defaults = keyword_defaults(self)
         self._returns_list = self._schema.endswith("-> Tensor[]")
+        self._list_returns = list_return_positions(self._schema)
         self._tensor_returns = tensor_return_count(self._schema)
         self._scalar_returns = scalar_return_types(self._schema)
         self._kernels: Dict[Optional[str], Callable] = dict.fromkeys(device_types or (None,), fn)
@@ -349,6 +355,8 @@ class CustomOp:
             if fn is not self._eager_fn and transforms_active():
                 refuse_transforms(self)
             output = apply_autograd(fn, self, inputs, keyword_only, count)
+            if self._list_returns:  # See NOTE: [tensor lists among several returns]
+                output = regrouped_returns(output, self._list_returns)
             if fn is self._eager_fn:  # what torch's Autograd kernel returns
                 output = as_autograd_returned(self._tensor_returns, output)
             return list(output) if self._returns_list else output

@@ -243,7 +243,10 @@ def _inferred(fn: Callable, mutates_args: Union[str, Iterable[str]]) -> str:
 
 def schema_for_this_torch(schema: str) -> str:
     """``schema`` as this torch's parser reads it: a dtype default by its ScalarType number on
-    torch 1.13-2.3 (See ``parser_reads_dtype_names``)."""
+    torch 1.13-2.3 (See ``parser_reads_dtype_names``), ``SymInt`` (what torch's own inference
+    writes for an ``int``) as ``int`` where the parser does not know it (1.8-1.12)."""
+    if int_type() == "int":
+        schema = re.sub(r"\bSymInt\b", "int", schema)
     if parser_reads_dtype_names():
         return schema
 

@@ -3,6 +3,7 @@ returns (``int``, ``float``, ``bool``, ``Scalar``, nothing), with torch's errors
 
 from __future__ import annotations
 
+import types
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
@@ -23,7 +24,8 @@ __all__ = [
 # but a float or a string (a 0-dim tensor gives its value truncated); ``float`` anything
 # ``float()`` takes but a string; ``bool`` True, False, None (False) and anything whose type
 # defines ``__bool__``; ``Scalar`` a bool, an int, a float or a complex as they are; a
-# one-element tuple (``((Tensor))``) any iterable of one item. Anything else raises pybind11's
+# one-element tuple (``((Tensor))``) any iterable of one item; ``Tensor[]`` among several returns
+# what ``_as_tensor_list`` takes, as a list. Anything else raises pybind11's
 # RuntimeError (``Scalar``: torch's "Cannot cast ... to number"). A kernel of an op returning
 # nothing must return None. Two or more returns take a sequence, each item by its type.
 # compatfn's tiers convert the same way; tensors alone are ``_kernels.as_returned``'s.
@@ -110,6 +112,18 @@ def as_tensor(value: Any) -> Any:
     raise RuntimeError(f"Unable to cast {value!s} to Tensor")
 
 
+def _as_tensor_list(value: Any) -> List[torch.Tensor]:
+    """A returned ``Tensor[]`` as a list, where pybind11 takes ``value`` for one (measured on
+    2.13: a sequence but a string or a tensor, a set, a generator, a ``map``; not a dict nor an
+    iterator such as ``iter(list)``), every item a tensor; torch's error for anything else."""
+    iterable = isinstance(value, (set, frozenset, types.GeneratorType, map))
+    if iterable or (is_sequence(value) and not isinstance(value, (str, bytes, bytearray))):
+        items = list(value)
+        if all(isinstance(v, torch.Tensor) for v in items):
+            return items
+    raise _cast_error(value)
+
+
 _CONVERTERS: Dict[str, Callable[[Any], Any]] = {
     "int": _as_int,
     "SymInt": _as_int,
@@ -117,12 +131,13 @@ _CONVERTERS: Dict[str, Callable[[Any], Any]] = {
     "bool": _as_bool,
     "Scalar": _as_number,
     "Tensor": as_tensor,
+    "Tensor[]": _as_tensor_list,
 }
 
 
 def scalar_return_types(schema: str) -> Optional[List[str]]:
     """The return types of ``schema`` where it returns nothing or something other than tensors
-    (See NOTE: [non-tensor returns]), else None (tensors alone, a tensor list).
+    (See NOTE: [non-tensor returns]), else None (tensors alone, a tensor list alone).
 
     Example::
 
@@ -137,6 +152,8 @@ def scalar_return_types(schema: str) -> Optional[List[str]]:
         return [f"({inner})"] if inner in _CONVERTERS else None
     types = [r.strip() for r in returns.strip("()").split(",")]
     if any(t not in _CONVERTERS for t in types) or all(t == "Tensor" for t in types):
+        return None
+    if types == ["Tensor[]"]:
         return None
     return types
 
