@@ -459,6 +459,16 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
     "an autocast rule and a declared mutation": case(
         "inplace_declared", 0, mutates=["x"], autocast=True, context="autocast"
     ),
+    "an autocast rule under autocast, a trailing default left out, a CPU kernel": _with_scalar(
+        "float",
+        0.0,
+        2.0,
+        how="left_out",
+        autocast=True,
+        context="autocast",
+        cpu_kernel=True,
+        schema="other_defaults",
+    ),
     "an autocast rule under autocast, an int list": _with_scalar(
         "List[int]", "none", "int_vector", autocast=True, context="autocast"
     ),

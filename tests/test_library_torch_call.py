@@ -314,6 +314,21 @@ def test_other_layouts_get_what_torch_gives(layout):
         torch.testing.assert_close(outcomes[0], outcomes[1])
 
 
+@pytest.mark.skipif(
+    not _facts.HAS_NAMED_TENSORS, reason="this torch makes no named tensors (2.13 removed them)"
+)
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_a_named_tensor_gets_torchs_error(requires_grad):
+    """torch 2.4-2.12's operator refuses a named tensor (compatfn's short path ran the kernel)."""
+    x = torch.ones(2, names=("n",), requires_grad=requires_grad)
+    messages = []
+    for op in pair():
+        with pytest.raises(RuntimeError) as caught:
+            op(x)
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1] and "Named tensors" in messages[0]
+
+
 def test_a_nested_tensor_gets_torchs_error():
     nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
     messages = []

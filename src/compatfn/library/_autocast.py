@@ -114,7 +114,9 @@ def _autocast_enabled(device_type: str) -> Callable[[], bool]:
 def call_autocast(
     op: CustomOp, inputs: tuple, keyword_only: Dict[str, Any], rule: Tuple[str, torch.dtype]
 ) -> Any:
-    """``op`` called as its autocast rule calls it (See NOTE: [a custom op's autocast rule])."""
+    """``op`` called as its autocast rule calls it (See NOTE: [a custom op's autocast rule]):
+    with the arguments the dispatcher passes (``inputs``: trailing ones equal to their defaults
+    left out)."""
     keywords = kernel_keywords(op, keyword_only)
     if keywords:
         raise AssertionError(f"Custom ops do not support kwargs yet, got {list(keywords)}")

@@ -345,7 +345,7 @@ class CustomOp:
         the dispatcher passes), else the kernels below autograd."""
         autocast = autocast_rule(self, inputs) if self._autocast else None
         if autocast is not None:
-            return call_autocast(self, inputs, keyword_only, autocast)
+            return call_autocast(self, inputs[:count], keyword_only, autocast)
         # See NOTE: [where torch's Autograd kernel runs]
         excluded = autograd_excluded()
         if not excluded and (

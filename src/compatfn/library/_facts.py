@@ -37,6 +37,7 @@ __all__ = [
     "HAS_LAZY_CONJ",
     "HAS_LIBRARY",
     "HAS_META_DEVICE",
+    "HAS_NAMED_TENSORS",
     "HAS_NESTED",
     "HAS_TAGS",
     "HAS_TORCH_CUSTOM_OP",
@@ -423,6 +424,13 @@ HAS_ZERO_TENSOR = hasattr(torch.Tensor, "_is_zerotensor")
 #: ``Tensor.is_nested`` (torch >= 1.13): a nested tensor, whose backend (``NestedTensorCPU``)
 #: has no kernel of a custom op's (See NOTE: [backends other than dense]).
 HAS_NESTED = hasattr(torch.Tensor, "is_nested")
+
+
+#: Named tensors, which torch's operators refuse in a Python call ("NYI: Named tensors are
+#: currently unsupported in TorchScript"): the torch tier's short path leaves them to its
+#: operator. Read off the class (measured: 1.8-2.12 have ``Tensor.has_names``, 2.13 removed named
+#: tensors), not by making one: that would spend torch's one warning about them.
+HAS_NAMED_TENSORS = hasattr(torch.Tensor, "has_names")
 
 #: What sends a registered op's call through the dispatcher, as source tests (``{}`` stands for
 #: the object next to it): dynamo, dispatch modes, torch.func transforms, the TorchScript tracer

@@ -20,6 +20,7 @@ from compatfn.library._convert import (
 from compatfn.library._facts import (
     AUTOGRAD_KERNEL_ALWAYS_APPLIES,
     C_APPLY,
+    HAS_NAMED_TENSORS,
     any_autocast_enabled,
     autograd_excluded,
     dispatch_mode_count,
@@ -238,10 +239,12 @@ def _short_path_lines(
     # checks treat apart: other layouts (sparse, mkldnn: torch 2.4-2.8 cannot read their
     # storage), meta, nested, and lazily conjugated or negated views (the fallbacks materialize
     # them for the kernel).
+    # Named tensors (torch 2.4-2.12) the operator refuses.
     g["strided"] = torch.strided
+    named = " or {}.has_names()" if HAS_NAMED_TENSORS else ""
     test += [
         f"$type({t}) is $Tensor and {t}.layout is $strided and not ({t}.is_meta or {t}.is_nested "
-        f"or {fallback_source(t)})"
+        f"or {fallback_source(t)}{named.format(t)})"
         for t in tensors
     ]
     g["kernel"] = opdef._init_fn
