@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 import torch
 
+import library_oracle
 from library_support import TIERS, fresh, make
 
 
@@ -184,6 +186,11 @@ _TORCH_REGISTRATION_OUTCOMES = [
 ]
 
 
+def _oracle_torch() -> str:
+    """The torch whose own custom_op gave the stored outcomes the older tiers follow."""
+    return str(json.loads(library_oracle.RECORDED.read_text())["torch"])
+
+
 @pytest.mark.parametrize("tier", TIERS)
 def test_register_autocast_checks_and_returns_as_torchs(tier):
     """torch's checks of the device type with its errors (compatfn's tiers before: an error of
@@ -198,9 +205,9 @@ def test_register_autocast_checks_and_returns_as_torchs(tier):
     op = make(tier, "autocast_checks")(kernel)
     if not hasattr(op, "register_autocast"):
         pytest.skip(f"torch {torch.__version__}'s CustomOpDef has no register_autocast (2.5+)")
-    # The older tiers word their errors as torch 2.13 (the oracle's torch); the torch tier as
-    # the running torch.
-    side_by_side = tier == "torch" or torch.__version__.startswith("2.13.")
+    # The older tiers word their errors as the torch the oracle was recorded on (2.13); the torch
+    # tier as the running torch.
+    side_by_side = tier == "torch" or torch.__version__ == _oracle_torch()
     if (
         side_by_side
         and hasattr(getattr(torch, "library", None), "custom_op")

@@ -1,5 +1,6 @@
 """A kernel's non-tensor output converted as torch's Python kernel converts it to the schema's
-returns (``int``, ``float``, ``bool``, ``Scalar``, nothing), with torch's errors."""
+returns (``int``, ``float``, ``bool``, ``Scalar``, a tensor list among several returns,
+nothing), with torch's errors."""
 
 from __future__ import annotations
 
