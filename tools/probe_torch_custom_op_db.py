@@ -75,7 +75,7 @@ def _stub_test_helpers(db: str) -> None:
             }
         )
         if not hasattr(torch.testing, "make_tensor"):
-            torch.testing.make_tensor = None  # type: ignore[attr-defined]
+            setattr(torch.testing, "make_tensor", None)  # noqa: B010 (torch 1.8 has none)
         return
     name = "torch.testing._internal.autograd_function_db"
     spec = importlib.util.spec_from_file_location(name, db.replace("custom_op_db", name[24:]))
@@ -163,7 +163,9 @@ def outcome(op: Any, args: List[Any], kwargs: Dict[str, Any], context: str) -> A
             leaves = [t for t in _tensors([args, list(kwargs.values())]) if t.requires_grad]
             grads = None
             if outs and leaves:
-                total = sum(o.sum() * (i + 1) for i, o in enumerate(outs))
+                total = outs[0].sum()
+                for i, o in enumerate(outs[1:], 2):
+                    total = total + o.sum() * i
                 grads = _described(list(torch.autograd.grad(total, leaves, allow_unused=True)))
             return ["ok", _described(out), grads]
         if context == "no_grad":
@@ -224,7 +226,7 @@ def _maker(tier: str) -> Callable[..., Any]:
     import compatfn
     from compatfn.library import _custom_op
 
-    def make(name: str, fn: Optional[Callable] = None, /, **options: Any) -> Any:
+    def make(name: str, fn: Optional[Callable[..., Any]] = None, /, **options: Any) -> Any:
         if tier == "auto":
             return compatfn.custom_op(name, fn, **options)
         args = (options["mutates_args"], options.get("device_types"), options.get("schema"))
