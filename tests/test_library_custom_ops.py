@@ -17,7 +17,7 @@ import torch
 import compatfn
 import compatfn.testing
 from compatfn import library
-from compatfn.library import _facts
+from compatfn.library import _dispatch_state, _facts
 from library_support import TIERS, TORCH_MINOR, fresh, make, side_by_side
 
 
@@ -660,7 +660,7 @@ def test_setup_context_runs_below_autograd(tier):
         x = torch.ones(2, requires_grad=True)
         call(x).sum().backward()
         assert torch.equal(x.grad, torch.full((2,), 2.0))
-    assert seen == [_facts.BelowAutograd is None] * len(calls)
+    assert seen == [_dispatch_state.BelowAutograd is None] * len(calls)
 
 
 @pytest.mark.parametrize("tier", TIERS)

@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 
 import library_oracle as oracle
 from compatfn.library import TIER, _custom_op
+from compatfn.library._dispatch_state import BelowAutograd
 from compatfn.library._facts import (
     NEEDS_INPUT_GRAD_WRITABLE,
-    BelowAutograd,
     increment_version,
-    int_type,
 )
+from compatfn.library._schema_facts import int_type
 from library_oracle_transforms import TRANSFORMS
 from library_support import TIERS
 

@@ -143,7 +143,9 @@ def _lazy_view_candidates() -> List[torch.Tensor]:
 def test_the_lazy_view_test_asks_is_conj_only_of_complex_tensors():
     # See NOTE: [lazy views of real tensors]: the generated test must agree with torch's own
     # is_conj() and is_neg(), and no real tensor carries the conjugate bit.
-    from compatfn.library._utils import fallback_source
+    from compatfn.library._storage import (
+        fallback_source,
+    )
 
     source = fallback_source("t")
     candidates = _lazy_view_candidates()

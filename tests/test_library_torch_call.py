@@ -10,7 +10,7 @@ from typing import Any, Callable, List, Tuple
 import pytest
 import torch
 
-from compatfn.library import _facts
+from compatfn.library import _dispatch_state, _facts
 from library_support import TORCH_MINOR, compiles, count_op_nodes, fresh, make
 
 pytestmark = pytest.mark.skipif(
@@ -86,7 +86,7 @@ def test_eager_calls_skip_the_dispatcher():
             for y, op in zip((got, expected), (ours, control))
         ]
         assert names[0] == names[1]
-        assert type(got.grad_fn)._forward_cls.__module__ == "compatfn.library._torch_call"
+        assert type(got.grad_fn)._forward_cls.__module__ == "compatfn.library._torch_autograd"
         assert torch.equal(*(torch.autograd.grad(y.sum(), x)[0] for y in (got, expected)))
         seen = []
         for op in (ours, control):  # one entry per argument torch's Autograd kernel got
@@ -512,21 +512,23 @@ def test_torch_private_facts_hold():
     assert _facts.TorchCustomOpDef is torch._library.custom_ops.CustomOpDef
     always_applies = TORCH_MINOR < (2, 5)  # measured on 2.4, 2.5, 2.8, 2.15
     assert always_applies == _facts.AUTOGRAD_KERNEL_ALWAYS_APPLIES
-    assert _facts.profiler_enabled() is False
-    assert _facts.is_tracing() is False
+    assert _dispatch_state.profiler_enabled() is False
+    assert _dispatch_state.is_tracing() is False
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
-        assert _facts.profiler_enabled() is True
+        assert _dispatch_state.profiler_enabled() is True
     with torch.autograd.profiler.profile():
-        assert _facts.profiler_enabled() is True
+        assert _dispatch_state.profiler_enabled() is True
     with torch.autograd.profiler_legacy.profile():
-        assert _facts.profiler_enabled() is True
+        assert _dispatch_state.profiler_enabled() is True
     traced = []
-    torch.jit.trace(lambda t: traced.append(_facts.is_tracing()) or t * 2, (torch.ones(1),))
+    torch.jit.trace(
+        lambda t: traced.append(_dispatch_state.is_tracing()) or t * 2, (torch.ones(1),)
+    )
     assert traced[0] is True  # (torch.jit.trace runs it again untraced, to check)
-    assert _facts.torch_function_mode_enabled() is False
+    assert _dispatch_state.torch_function_mode_enabled() is False
     if hasattr(torch._C, "_is_any_autocast_enabled"):
         with torch.autocast("cpu"):
-            assert _facts.any_autocast_enabled()
+            assert _dispatch_state.any_autocast_enabled()
 
 
 def test_redefinition_keeps_the_fast_call():

@@ -39,7 +39,8 @@ What each torch gives (the tier is decided once, at import, by feature detection
   ``compatfn.function`` and per-device kernel dispatch in Python; the fake kernel runs for ``meta``
   tensors.
 
-The modules follow torch's own ``torch/_library``: ``_facts`` (every torch fact), ``_infer_schema``,
+The modules follow torch's own ``torch/_library``: ``_facts``, ``_dispatch_state`` and
+``_schema_facts`` (every torch fact), ``_infer_schema``, ``_returns`` (the schema's returns),
 ``_custom_ops`` (the op object), ``_registration`` (the dispatcher), ``_autograd``,
 ``_fast_call`` (the generated call), ``_convert`` (argument conversions), ``_autocast``,
 ``_opcheck``, ``_torch_tier``, ``_torch_call`` and ``_torch_replay`` (torch >= 2.4).
@@ -116,7 +117,10 @@ def custom_op_note() -> str:
     (torch >= 2.4: torch's private contract broken, so torch's own op objects untouched; torch >=
     2.1: a below-autograd guard made per call, See NOTE: [reused below-autograd guards]; ""
     otherwise, or before any op was defined)."""
-    from compatfn.library._facts import GUARD_IS_CONTEXT, GUARDS_REUSABLE
+    from compatfn.library._dispatch_state import (
+        GUARD_IS_CONTEXT,
+        GUARDS_REUSABLE,
+    )
     from compatfn.library._torch_op import CONTRACT
 
     notes = []

@@ -13,10 +13,12 @@ from compatfn.library._generated import generated_function, setup_context_call
 from compatfn.library._gradients import structured_gradients, torch_checked_gradients
 from compatfn.library._kernels import checked_output, kernel_keywords, run_kernel
 from compatfn.library._registration import below_autograd
+from compatfn.library._storage import (
+    distinct_output_test,
+)
 from compatfn.library._utils import (
     Definition,
     below_autograd_lines,
-    distinct_output_test,
     elidable_tail,
     flatten,
     legacy_function_class,
@@ -31,7 +33,6 @@ __all__ = [
     "Call",
     "apply_autograd",
     "autograd_function",
-    "list_return_positions",
     "regrouped_returns",
     "simple_functions",
     "user_backward",
@@ -71,22 +72,6 @@ class _Lengths:
 
     def __init__(self, lengths: List[int]) -> None:
         self.lengths = lengths
-
-
-def list_return_positions(schema: str) -> Tuple[int, ...]:
-    """Which of two or more returns of ``schema`` are tensor lists (See NOTE: [tensor lists
-    among several returns]).
-
-    Example::
-
-        >>> list_return_positions("(Tensor x) -> (Tensor[], SymInt)")
-        (0,)
-    """
-    returns = schema.rsplit("->", 1)[1].strip()
-    if not returns.startswith("(") or returns.startswith("(("):
-        return ()
-    parts = [r.strip() for r in returns[1:-1].split(",")]
-    return tuple(i for i, r in enumerate(parts) if r == "Tensor[]") if len(parts) > 1 else ()
 
 
 def _flat_returns(output: Any, positions: Tuple[int, ...]) -> Any:

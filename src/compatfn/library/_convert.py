@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional,
 import torch
 
 from compatfn.library._call_errors import expected_error, floats_as_torch_prints
-from compatfn.library._facts import HAS_ZERO_TENSOR, int_type
+from compatfn.library._facts import HAS_ZERO_TENSOR
 from compatfn.library._no_operator import needs_dispatcher
 from compatfn.library._scalars import SCALARS
+from compatfn.library._schema_facts import int_type
 
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp

@@ -6,7 +6,6 @@ import inspect
 from typing import (
     Any,
     Callable,
-    ContextManager,
     Dict,
     Iterable,
     List,
@@ -21,15 +20,12 @@ import torch
 from compatfn.core import _dynamo_tracing as dynamo_tracing
 from compatfn.library import _registration
 from compatfn.library._autocast import (
-    autocast_kernel,
     autocast_rule,
     call_autocast,
-    check_autocast_device_type,
 )
 from compatfn.library._autograd import (
     apply_autograd,
     autograd_function,
-    list_return_positions,
     regrouped_returns,
 )
 from compatfn.library._call_errors import check_tensor_arguments, generators_listed
@@ -40,7 +36,7 @@ from compatfn.library._convert import (
     given_by_position,
     wrong_call,
 )
-from compatfn.library._facts import (
+from compatfn.library._dispatch_state import (
     BelowAutograd,
     autograd_excluded,
     is_tracing,
@@ -51,7 +47,6 @@ from compatfn.library._infer_schema import (
     check_no_keyword_only_tensors,
     check_no_view_returns,
     infer_schema,
-    returns_only_tensors,
     schema_for_this_torch,
     schema_signature,
     tensor_parameters,
@@ -66,10 +61,8 @@ from compatfn.library._kernels import (
     has_tensor_argument,
     is_inference,
     kernel_keywords,
-    kernel_switched,
     keyword_defaults,
     run_kernel,
-    tensor_return_count,
 )
 from compatfn.library._no_operator import (
     call_without_operator,
@@ -79,15 +72,21 @@ from compatfn.library._no_operator import (
     torch_function_arguments,
     transforms_active,
 )
-from compatfn.library._returns import scalar_return_types
+from compatfn.library._op_registrations import Registrations
+from compatfn.library._returns import (
+    list_return_positions,
+    return_types,
+    scalar_return_types,
+    tensor_return_count,
+)
+from compatfn.library._storage import (
+    is_dense,
+)
 from compatfn.library._utils import (
     any_requires_grad,
     check_operator_name,
     detached,
-    device_types_tuple,
-    dispatch_key,
     elidable_tail,
-    is_dense,
     parse_qualname,
     tensors_in,
 )
@@ -103,7 +102,7 @@ OPS: Dict[str, CustomOp] = {}
 _OBJECTS: Dict[str, List[CustomOp]] = {}
 
 
-class CustomOp:
+class CustomOp(Registrations):
     """A custom operator made by ``compatfn.custom_op`` on torch < 2.4 (torch's own object on
     2.4+).
 
@@ -153,7 +152,7 @@ class CustomOp:
         self._mutated = self._mutated_positions(mutates_args)
         self._conversions = conversions(qualname, self._schema, schema is None, registered)
         self._keyword_defaults = keyword_defaults(self)
-        self._returns_list = self._schema.endswith("-> Tensor[]")
+        self._returns_list = return_types(self._schema) == (("Tensor[]",), False)
         self._list_returns = list_return_positions(self._schema)
         self._tensor_returns = tensor_return_count(self._schema)
         self._scalar_returns = scalar_return_types(self._schema)
@@ -297,7 +296,7 @@ class CustomOp:
             and list(self._kernels) == [None]
             and self._kernels[None] is self._init_fn  # its signature is the op's
             and self._only_tensors_and_scalars
-            and returns_only_tensors(self._schema)
+            and self._tensor_returns > 0
             # a parameter the call can leave out has a default in the kernel (else Python's
             # error, as for torch's kernel: the general path calls it so)
             and all(
@@ -410,114 +409,3 @@ class CustomOp:
     def _autograd_kernel(self, *args: Any, **kwargs: Any) -> Any:
         inputs, keyword_only = self._bind(args, kwargs)
         return self._apply(inputs, keyword_only, self._dispatched_fn, len(args))
-
-    # ---------------------------------------------------------------- registration
-
-    def register_kernel(
-        self, device_types: Union[str, Sequence[str], None], fn: Optional[Callable] = None, /
-    ) -> Callable:
-        """Use ``fn`` for tensors on ``device_types`` (``"cpu"``, ``"cuda"``, ...; None: the
-        kernel for every device without one of its own, as in torch).
-
-        Example::
-
-            @mysin.register_kernel("cuda")
-            def _(x):
-                return x.sin()
-        """
-
-        check_device_types(device_types_tuple(device_types))
-        check_device_argument(self, device_types_tuple(device_types) or ())
-        # See NOTE: [calls without tensors]: from now on, by their device argument only
-        self._by_device_only = self._by_device_only or device_types is not None
-
-        def register(kernel: Callable) -> Callable:
-            devices = device_types_tuple(device_types) or (None,)  # None: every device
-            for device in devices:
-                self._kernels[device] = kernel
-                self._switched_by[device] = devices[-1]  # See NOTE: [kernels of several devices]
-                if self._library is not None:
-                    _registration.impl_once(self, dispatch_key(device), self._device_kernel)
-            self._regenerate_call()
-            return kernel
-
-        return register if fn is None else register(fn)
-
-    def set_kernel_enabled(self, device_type: str, enabled: bool = True) -> ContextManager[None]:
-        """Disable (or enable again) the kernel registered for ``device_type`` inside the
-        ``with`` block: the function the op was made from runs instead, as in torch.
-
-        Example::
-
-            with mysin.set_kernel_enabled("cpu", False):
-                mysin(torch.ones(2))  # the original function, not the "cpu" kernel
-        """
-        return kernel_switched(self, device_type, enabled)
-
-    def register_torch_dispatch(
-        self, torch_dispatch_class: Any, fn: Optional[Callable] = None, /
-    ) -> Callable:
-        """A rule for a ``TorchDispatchMode`` or tensor subclass (torch >= 2.5). Older torch
-        cannot hand a custom operator to such a rule: this raises ``NotImplementedError``."""
-        raise NotImplementedError(
-            f"{self._qualname}: register_torch_dispatch needs torch >= 2.5 "
-            f"(torch.library.register_torch_dispatch); torch {torch.__version__} cannot route a "
-            "custom operator to a rule of a TorchDispatchMode or tensor subclass. Handle the op "
-            "in the mode's own __torch_dispatch__ instead."
-        )
-
-    def register_fake(self, fn: Callable, /) -> Callable:
-        """Shapes, dtypes and devices of the outputs, for FakeTensor/``meta`` inputs.
-
-        Example::
-
-            @mysin.register_fake
-            def _(x):
-                return torch.empty_like(x)
-        """
-        self._fake = fn
-        if self._library is not None:
-            _registration.impl_once(self, "Meta", self._meta_kernel)
-        self._regenerate_call()
-        return fn
-
-    def register_autograd(
-        self, backward: Callable, /, *, setup_context: Optional[Callable] = None
-    ) -> None:
-        """Gradient formula: ``setup_context(ctx, inputs, output)`` and ``backward(ctx, *grads)``.
-
-        ``inputs`` holds every positional input, defaults filled in; an op with keyword-only
-        parameters gets them as ``keyword_only_inputs`` (a dict), as on torch 2.4+.
-        """
-        if self._mutated:
-            raise RuntimeError(
-                f"Cannot register autograd formula for non-functional operator {self!r} with "
-                f"schema {self._qualname}{self._schema}. Please create a functional operator "
-                "and register an autograd formula for that."
-            )
-        self._backward = backward
-        self._setup_context = setup_context
-        self._regenerate_call()
-
-    def register_vmap(self, func: Optional[Callable] = None, /) -> Callable:
-        """A ``torch.func.vmap`` rule. ``torch.func`` works on custom ops from torch 2.4 only:
-        on older torch this raises ``NotImplementedError`` (the rule is never called there)."""
-        raise NotImplementedError(
-            f"{self._qualname}: register_vmap needs torch >= 2.5 (torch.library.register_vmap); "
-            f"torch {torch.__version__} cannot vmap a custom operator. Call the op in a loop, "
-            "or write the batched computation as the op itself."
-        )
-
-    def register_autocast(self, device_type: str, cast_inputs: torch.dtype) -> Callable:
-        """Under autocast on ``device_type``, cast floating-point tensor inputs on that device
-        type (not float64) to ``cast_inputs`` and run the op with autocast off (calls through the
-        op object; See NOTE: [a custom op's autocast rule]). As torch, the first rule registered
-        for a device type stays; torch's checks of ``device_type`` and its errors. Returns the
-        rule as a kernel, as torch does.
-
-        Example: ``mysin.register_autocast("cuda", torch.float16)``.
-        """
-        check_autocast_device_type(self, device_type)
-        self._autocast.setdefault(device_type, cast_inputs)
-        self._regenerate_call()
-        return autocast_kernel(self, device_type, cast_inputs)

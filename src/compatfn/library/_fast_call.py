@@ -16,32 +16,36 @@ from compatfn.library._convert import (
     positional_parameters,
     wrong_call,
 )
-from compatfn.library._facts import (
-    C_APPLY,
+from compatfn.library._dispatch_state import (
     HAS_INFERENCE_MODE,
     HAS_IS_INFERENCE,
+    BelowAutograd,
+    autograd_excluded,
+    dispatcher_test_source,
+    is_tracing,
+    profiler_enabled,
+)
+from compatfn.library._facts import (
+    C_APPLY,
     HAS_LAZY_CONJ,
     HAS_META_DEVICE,
     HAS_NESTED,
     HAS_ZERO_TENSOR,
-    BelowAutograd,
-    autograd_excluded,
-    dispatcher_test_source,
     is_alias_of,
-    is_tracing,
-    profiler_enabled,
 )
 from compatfn.library._generated import generated_function, shows_torchs_call_signature
 from compatfn.library._kernels import as_autograd_returned, checked_output
 from compatfn.library._scalars import NUMBER_KIND
+from compatfn.library._storage import (
+    distinct_output_returned,
+    fallback_source,
+)
 from compatfn.library._utils import (
     below_autograd_lines,
     default_elidable,
     detached,
-    distinct_output_returned,
     elidable,
     elidable_tail,
-    fallback_source,
 )
 
 if TYPE_CHECKING:

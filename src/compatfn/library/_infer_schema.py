@@ -12,10 +12,10 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import torch
 import torch.types
 
-from compatfn.library._facts import (
+from compatfn.library._facts import VIEW_OPS_SINCE
+from compatfn.library._schema_facts import (
     DTYPE_OF_NUMBER,
     SCALAR_TYPE_NUMBERS,
-    VIEW_OPS_SINCE,
     int_type,
     parser_reads_dtype_names,
 )
@@ -27,7 +27,6 @@ __all__ = [
     "check_no_view_returns",
     "declared_arguments",
     "infer_schema",
-    "returns_only_tensors",
     "schema_arguments",
     "schema_for_this_torch",
     "schema_signature",
@@ -368,16 +367,6 @@ def check_no_keyword_only_tensors(name: str, schema: str, tags: Sequence[Any]) -
             "custom_op with kwarg-only Tensor args. Please make your tensors not kwarg-only. "
             f"Got: {name}{schema}"
         )
-
-
-def returns_only_tensors(schema: str) -> bool:
-    """Whether the schema returns one Tensor or a tuple of Tensors (what torch 1.8's autograd
-    Functions can return)."""
-    returns = schema.rsplit("-> ", 1)[1]
-    if returns.startswith("(("):  # a one-element tuple
-        return False
-    returns = returns.strip("()")
-    return bool(returns) and all(r.strip() == "Tensor" for r in returns.split(","))
 
 
 def tensor_parameters(

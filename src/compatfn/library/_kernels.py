@@ -16,12 +16,14 @@ from compatfn.library._infer_schema import declared_arguments
 from compatfn.library._no_operator import fallback_inputs, resolved
 from compatfn.library._returns import as_tensor, converted_returns, is_sequence, type_name
 from compatfn.library._scalars import NUMBER_KIND
-from compatfn.library._utils import (
+from compatfn.library._storage import (
     aliases_any,
+    other_backend,
+)
+from compatfn.library._utils import (
     bump_version,
     dispatch_key,
     elidable,
-    other_backend,
     tensors_in,
 )
 
@@ -46,7 +48,6 @@ __all__ = [
     "kernel_switched",
     "keyword_defaults",
     "run_kernel",
-    "tensor_return_count",
 ]
 
 
@@ -296,18 +297,6 @@ def bump_zero_tensors(op: CustomOp, inputs: tuple) -> None:
     mutated = _mutated_tensors(op, inputs)
     if HAS_ZERO_TENSOR and any(t._is_zerotensor() for t in mutated):
         bump_declared(op, inputs)
-
-
-def tensor_return_count(schema: str) -> int:
-    """How many tensors ``schema`` returns when it returns one Tensor or a tuple of them, else
-    0 (nothing, a list)."""
-    returns = schema.rsplit("-> ", 1)[1].strip()
-    if returns.startswith("(("):  # a one-element tuple: See NOTE: [non-tensor returns]
-        return 0
-    parts = [r.strip() for r in returns.strip("()").split(",")] if returns != "()" else []
-    if not parts or any(r != "Tensor" for r in parts):
-        return 0
-    return len(parts)
 
 
 def checked_output(

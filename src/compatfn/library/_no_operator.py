@@ -9,12 +9,14 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List
 import torch
 
 from compatfn.core import _transforms_active as transforms_active
+from compatfn.library._dispatch_state import (
+    dispatcher_test_source,
+    profiler_enabled,
+)
 from compatfn.library._facts import (
     HAS_LAZY_CONJ,
     HAS_ZERO_TENSOR,
-    dispatcher_test_source,
     fx_calls_any_target,
-    profiler_enabled,
 )
 from compatfn.library._generated import generated_function
 

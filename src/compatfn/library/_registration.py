@@ -8,7 +8,10 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 
 import torch
 
-from compatfn.library._facts import GUARD_IS_CONTEXT, BelowAutograd
+from compatfn.library._dispatch_state import (
+    GUARD_IS_CONTEXT,
+    BelowAutograd,
+)
 from compatfn.library._infer_schema import schema_for_this_torch
 from compatfn.library._utils import dispatch_key
 

@@ -5,7 +5,7 @@ nothing), with torch's errors."""
 from __future__ import annotations
 
 import types
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -13,8 +13,11 @@ __all__ = [
     "as_tensor",
     "converted_returns",
     "is_sequence",
+    "list_return_positions",
+    "return_types",
     "returned_items",
     "scalar_return_types",
+    "tensor_return_count",
     "type_name",
 ]
 
@@ -136,6 +139,52 @@ _CONVERTERS: Dict[str, Callable[[Any], Any]] = {
 }
 
 
+def return_types(schema: str) -> Tuple[Tuple[str, ...], bool]:
+    """Each return type of ``schema`` as written, and whether the returns are a one-element
+    tuple (``((T))``, See NOTE: [non-tensor returns]). The one reader of a schema's returns.
+
+    Example::
+
+        >>> return_types("(Tensor x) -> (Tensor[], SymInt)")
+        (('Tensor[]', 'SymInt'), False)
+        >>> return_types("(Tensor x) -> ((Tensor))")
+        (('Tensor',), True)
+    """
+    returns = schema.rsplit("->", 1)[1].strip()
+    if returns.startswith("(("):
+        return (returns[2:-2].strip(),), True
+    inner = returns[1:-1] if returns.startswith("(") else returns
+    return tuple(r.strip() for r in inner.split(",") if r.strip()), False
+
+
+def tensor_return_count(schema: str) -> int:
+    """How many tensors ``schema`` returns when it returns one Tensor or a tuple of them, else
+    0 (nothing, a list, anything else among them).
+
+    Example::
+
+        >>> tensor_return_count("(Tensor x) -> (Tensor, Tensor)")
+        2
+    """
+    types, one_tuple = return_types(schema)
+    return 0 if one_tuple or any(t != "Tensor" for t in types) else len(types)
+
+
+def list_return_positions(schema: str) -> Tuple[int, ...]:
+    """Which of two or more returns of ``schema`` are tensor lists (See NOTE: [tensor lists
+    among several returns] in _autograd).
+
+    Example::
+
+        >>> list_return_positions("(Tensor x) -> (Tensor[], SymInt)")
+        (0,)
+    """
+    types, one_tuple = return_types(schema)
+    if one_tuple or len(types) < 2:
+        return ()
+    return tuple(i for i, t in enumerate(types) if t == "Tensor[]")
+
+
 def scalar_return_types(schema: str) -> Optional[List[str]]:
     """The return types of ``schema`` where it returns nothing or something other than tensors
     (See NOTE: [non-tensor returns]), else None (tensors alone, a tensor list alone).
@@ -145,18 +194,14 @@ def scalar_return_types(schema: str) -> Optional[List[str]]:
         >>> scalar_return_types("(Tensor x) -> (Tensor, SymInt)")
         ['Tensor', 'SymInt']
     """
-    returns = schema.rsplit("->", 1)[1].strip()
-    if returns == "()":
-        return []
-    inner = returns[2:-2] if returns.startswith("((") else None
-    if inner is not None:  # a one-element tuple, ((T))
-        return [f"({inner})"] if inner in _CONVERTERS else None
-    types = [r.strip() for r in returns.strip("()").split(",")]
-    if any(t not in _CONVERTERS for t in types) or all(t == "Tensor" for t in types):
+    types, one_tuple = return_types(schema)
+    if one_tuple:
+        return [f"({types[0]})"] if types[0] in _CONVERTERS else None
+    if any(t not in _CONVERTERS for t in types):
         return None
-    if types == ["Tensor[]"]:
+    if types and (all(t == "Tensor" for t in types) or types == ("Tensor[]",)):
         return None
-    return types
+    return list(types)
 
 
 def converted_returns(qualname: str, types: List[str], output: Any) -> Any:

@@ -9,7 +9,10 @@ from typing import Any, Callable, Dict, Tuple
 
 import torch
 
-from compatfn.library._facts import DTYPE_OF_NUMBER, ENUM_NUMBERS
+from compatfn.library._schema_facts import (
+    DTYPE_OF_NUMBER,
+    ENUM_NUMBERS,
+)
 
 __all__ = ["NUMBER_KIND", "SCALARS"]
 

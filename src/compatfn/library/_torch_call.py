@@ -17,34 +17,35 @@ from compatfn.library._convert import (
     keyword_lines,
     positional_parameters,
 )
-from compatfn.library._facts import (
-    AUTOGRAD_KERNEL_ALWAYS_APPLIES,
-    C_APPLY,
-    HAS_NAMED_TENSORS,
+from compatfn.library._dispatch_state import (
     any_autocast_enabled,
     autograd_excluded,
     dispatch_mode_count,
     forward_ad,
-    is_alias_of,
     is_tracing,
     profiler_enabled,
-    torch_autograd_backward,
     torch_function_mode_enabled,
+)
+from compatfn.library._facts import (
+    AUTOGRAD_KERNEL_ALWAYS_APPLIES,
+    C_APPLY,
+    HAS_NAMED_TENSORS,
+    is_alias_of,
 )
 from compatfn.library._generated import (
     generated_function,
-    setup_context_call,
     shows_torchs_call_signature,
 )
 from compatfn.library._infer_schema import _resolve
-from compatfn.library._torch_replay import Replay, checked_output, replayed, verified
-from compatfn.library._utils import (
-    Definition,
-    below_autograd_lines,
-    default_elidable,
+from compatfn.library._storage import (
     distinct_storage_source,
     fallback_source,
-    legacy_function_class,
+)
+from compatfn.library._torch_autograd import autograd_class, single_distinct_tensor
+from compatfn.library._torch_replay import Replay, checked_output, replayed
+from compatfn.library._utils import (
+    below_autograd_lines,
+    default_elidable,
 )
 
 __all__ = ["generated_call"]
@@ -143,67 +144,6 @@ def _same_default(p: inspect.Parameter, arg: Any, annotation: Any) -> bool:
     )
 
 
-def _single_distinct_tensor(opdef: Any, out: str, distinct: str) -> str:
-    """The test that ``out`` needs no check: the op returns one tensor, and ``out`` is a tensor
-    sharing no storage with an input (``distinct``). An op returning several tensors always has
-    its output checked (one tensor for two: torch 2.4-2.13 raise TypeError, 2.15 hands it on)."""
-    if len(opdef._opoverload._schema.returns) != 1:
-        return "False"
-    return f"$type({out}) is $Tensor and {distinct}"
-
-
-def _autograd_class(
-    opdef: Any, names: List[str], tensors: List[str], given: int, g: Dict[str, Any]
-) -> Any:
-    """The short path's legacy autograd Function for calls whose first ``given`` arguments reach
-    torch's Autograd kernel (the dispatcher leaves out trailing arguments equal to their
-    defaults, so torch's ``ctx.needs_input_grad`` has one entry per argument given): forward runs
-    the kernel and the registered setup_context with every argument, backward is torch's own
-    (See NOTE: [the torch tier's call]). ``g`` holds the defaults (``default<i>``)."""
-    call = ", ".join(names)
-    inputs = "(" + call + ("," if len(names) == 1 else "") + ")"
-    distinct = distinct_storage_source("$output", tensors)
-    lines = [f"def $function({', '.join(['$ctx', *names[:given], '$metadata'])}):"]
-    lines += [f"    {n} = $default{i}" for i, n in enumerate(names) if i >= given]
-    # As torch's Autograd kernel: the kernel, then setup_context, both below autograd; the output
-    # is checked before setup_context runs (a wrong one is handed to the dispatcher).
-    body = [
-        f"$output = $kernel({call})",
-        f"if not ({_single_distinct_tensor(opdef, '$output', distinct)}):",
-        f"    $verified($state, {inputs}, $output)",
-    ]
-    if opdef._setup_context_fn is not None:
-        body.append(setup_context_call(opdef._setup_context_fn, inputs))
-    g_below: Dict[str, Any] = {}  # the guard's names
-    lines += [f"    {line}" for line in below_autograd_lines(body, g_below)]
-    lines.append("    return $output")
-    globals_ = {k: v for k, v in g.items() if k.startswith("default")}
-    forward = generated_function(
-        "".join(line + "\n" for line in lines),
-        {
-            **globals_,
-            **g_below,
-            "kernel": opdef._init_fn,
-            "setup_context": opdef._setup_context_fn,
-            "type": type,
-            "Tensor": torch.Tensor,
-            "alias_of": is_alias_of,
-            "verified": verified,
-            "state": opdef.__dict__,
-            "ctx": None,
-            "metadata": None,
-            "output": None,
-        },
-        set(names),
-        f"<forward of custom op {opdef._qualname}>",
-    )
-    overload = opdef._opoverload
-    name = f"GeneratedBackwardFor_{overload._namespace}_{overload._opname}_{overload._overloadname}"
-    # See Definition: a graph keeps the formula of the definition that recorded it.
-    backward = torch_autograd_backward(Definition(opdef))
-    return legacy_function_class(name, forward, backward, __name__)
-
-
 def _probes(opdef: Any, g: Dict[str, Any]) -> List[str]:
     """What sends this op's call through the dispatcher (the source of each test; ``g`` gets the
     names they use), dynamo first (a constant True while it traces; non-strict torch.export runs
@@ -285,7 +225,7 @@ def _short_path_lines(
             *(f"    {line}" for line in below_autograd_lines(f"$out = $kernel({call})", g)),
         ]
     body += [
-        f"if {_single_distinct_tensor(opdef, '$out', distinct)}:",
+        f"if {single_distinct_tensor(opdef, '$out', distinct)}:",
         "    return $out",
         f"return $checked($state, {inputs}, $out)",
     ]
@@ -332,7 +272,7 @@ def _apply_lines(
     g["replay"] = None
 
     def apply(given: int, indent: str) -> List[str]:
-        g[f"apply{given}"] = C_APPLY.__get__(None, _autograd_class(opdef, names, tensors, given, g))
+        g[f"apply{given}"] = C_APPLY.__get__(None, autograd_class(opdef, names, tensors, given, g))
         return [
             f"{indent}try:",
             f"{indent}    $out = $apply{given}({', '.join([*names[:given], 'None'])})",

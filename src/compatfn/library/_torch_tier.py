@@ -14,10 +14,12 @@ from compatfn.library._facts import (
     TORCH_CUSTOM_OP,
     TORCH_CUSTOM_OP_TAKES_TAGS,
     TorchCustomOpDef,
+)
+from compatfn.library._infer_schema import infer_schema, schema_for_this_torch
+from compatfn.library._schema_facts import (
     infers_from_string_annotations,
     parser_reads_dtype_names,
 )
-from compatfn.library._infer_schema import infer_schema, schema_for_this_torch
 from compatfn.library._torch_op import hand_out
 from compatfn.library._utils import schema_has_tensor_lists
 

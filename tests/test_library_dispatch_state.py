@@ -1,8 +1,8 @@
-"""``compatfn.library._facts``: facts checked once, at import. Here the reused below-autograd
-guards (See NOTE: [reused below-autograd guards]): the kernel of every op sees exactly the
-dispatch state torch's own guard gives, on every path, nested, raising and on several threads, or
-the caller's where autograd is excluded already; a torch whose guard cannot be reused gets a guard
-per call."""
+"""``compatfn.library._dispatch_state``: the dispatcher's state read from Python. Here the reused
+below-autograd guards (See NOTE: [reused below-autograd guards]): the kernel of every op sees
+exactly the dispatch state torch's own guard gives, on every path, nested, raising and on several
+threads, or the caller's where autograd is excluded already; a torch whose guard cannot be reused
+gets a guard per call."""
 
 import contextlib
 import threading
@@ -11,17 +11,17 @@ from typing import Any, Callable, List, Optional, Tuple
 import pytest
 import torch
 
-from compatfn.library import _facts
+from compatfn.library import _dispatch_state, _facts
 from library_support import TIERS, TORCH_MINOR, fresh, make, run_script
 
 #: Tiers whose kernel runs below autograd (torch 1.8 has no guard in Python).
-GUARDED = [t for t in TIERS if t != "function"] if _facts.BelowAutograd is not None else []
+GUARDED = [t for t in TIERS if t != "function"] if _dispatch_state.BelowAutograd is not None else []
 pytestmark = pytest.mark.skipif(not GUARDED, reason="torch 1.8 has no below-autograd guard")
 
 
 def excluded_keys() -> Tuple[Any, ...]:
     """Which dispatch keys this thread excludes now."""
-    return _facts._key_fingerprint(torch._C._dispatch_tls_local_exclude_set())
+    return _dispatch_state._key_fingerprint(torch._C._dispatch_tls_local_exclude_set())
 
 
 def below_torchs_guard() -> Tuple[Any, ...]:
@@ -32,14 +32,14 @@ def below_torchs_guard() -> Tuple[Any, ...]:
 
 def below_torchs_guard_context() -> Any:
     """torch's below-autograd guard, as a context manager on every torch that has one."""
-    return _facts.BelowAutograd() if _facts.GUARD_IS_CONTEXT else _HeldGuard()
+    return _dispatch_state.BelowAutograd() if _dispatch_state.GUARD_IS_CONTEXT else _HeldGuard()
 
 
 class _HeldGuard:
     """torch 1.13 and 2.0's guard (excludes while it lives), held for a with block."""
 
     def __enter__(self) -> None:
-        self.guard = _facts.BelowAutograd()
+        self.guard = _dispatch_state.BelowAutograd()
 
     def __exit__(self, *exc: Any) -> None:
         del self.guard
@@ -64,7 +64,7 @@ def recording_op(tier: Optional[str], seen: List[Any], kernel: Callable = lambda
 def test_guards_are_reused_from_torch_2_1():
     """torch 2.1+ has a reusable guard excluding what the below-autograd guard excludes
     (measured on 2.1, 2.4, 2.13, 2.15); 1.13 and 2.0 do not."""
-    assert _facts.GUARDS_REUSABLE is (TORCH_MINOR >= (2, 1))
+    assert _dispatch_state.GUARDS_REUSABLE is (TORCH_MINOR >= (2, 1))
     assert excluded_keys() != below_torchs_guard()  # the fingerprint tells them apart
 
 
@@ -175,11 +175,11 @@ class ExcludesOnce:  # a torch whose guard cannot be entered again once left
 torch._C._ExcludeDispatchKeyGuard = ExcludesOnce
 import compatfn
 from compatfn.__main__ import report
-from compatfn.library import _facts
+from compatfn.library import _dispatch_state, _facts
 
 @compatfn.custom_op("unreusable::twice", mutates_args=())
 def twice(x: torch.Tensor) -> torch.Tensor:
-    seen.append(_facts.autograd_excluded())
+    seen.append(_dispatch_state.autograd_excluded())
     return x * 2
 
 seen = []
@@ -187,15 +187,15 @@ twice.register_autograd(lambda ctx, g: g * 2)
 for requires_grad in (True, False, True):
     twice(torch.ones(2, requires_grad=requires_grad))
 print(json.dumps({
-    "reusable": _facts.GUARDS_REUSABLE,
+    "reusable": _dispatch_state.GUARDS_REUSABLE,
     "seen": seen,
-    "after": _facts.autograd_excluded(),
+    "after": _dispatch_state.autograd_excluded(),
     "note": report()["custom_op_note"],
 }))
 """
 
 
-@pytest.mark.skipif(not _facts.GUARD_IS_CONTEXT, reason="torch < 2.1: no guard to reuse")
+@pytest.mark.skipif(not _dispatch_state.GUARD_IS_CONTEXT, reason="torch < 2.1: no guard to reuse")
 def test_a_guard_that_cannot_be_entered_again_is_made_per_call(tmp_path):
     """Simulated: a torch whose ``_ExcludeDispatchKeyGuard`` refuses a second entry. The check
     at import finds it, every call makes torch's below-autograd guard, and ``python -m compatfn``
