@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 import subprocess
@@ -967,3 +968,39 @@ def test_a_torch_function_subclass_sees_only_the_op(tier):
 
     strict(torch.ones(2).as_subclass(Strict))
     assert seen == ["strict.default"]
+
+
+def _named(requires_grad: bool = False) -> torch.Tensor:
+    with warnings.catch_warnings():  # torch's one warning that named tensors are a prototype
+        warnings.simplefilter("ignore")
+        return torch.ones(2, names=("n",), requires_grad=requires_grad)
+
+
+@pytest.mark.skipif(
+    not _facts.HAS_NAMED_TENSORS, reason="this torch makes no named tensors (2.13 removed them)"
+)
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("context", ["plain", "requires_grad", "no_grad", "in_a_list"])
+def test_a_named_tensor_gets_the_error_of_torchs_operators(tier, context):
+    """torch's operators refuse a named tensor (torch 1.8-2.12; its own ``aten::add`` on this
+    torch is the oracle) before any kernel runs; the older tiers ran the kernel with it."""
+    with pytest.raises(RuntimeError) as oracle:
+        torch.ops.aten.add(_named(), _named())
+    ran = []
+
+    @make(tier, "named")
+    def one(x: torch.Tensor, s: float = 2.0) -> torch.Tensor:
+        ran.append(x)
+        return x * s
+
+    @make(tier, "named_list")
+    def listed(xs: List[torch.Tensor]) -> torch.Tensor:
+        ran.append(xs)
+        return xs[0] * 2
+
+    x = _named(requires_grad=context == "requires_grad")
+    grad_mode = torch.no_grad() if context == "no_grad" else contextlib.nullcontext()
+    with grad_mode, pytest.raises(RuntimeError) as caught:
+        listed([torch.ones(2), x]) if context == "in_a_list" else one(x)
+    assert str(caught.value) == str(oracle.value)
+    assert ran == []

@@ -60,6 +60,15 @@ def _values() -> Dict[str, Any]:
         "(ones(1), (ones(1),))": (torch.ones(1), (torch.ones(1),)),
         "(set(), 2)": (set(), 2),
         "(range(0), 2)": (range(0), 2),
+        # sequences of another length than the returns (See NOTE: [two or more returns,
+        # converted twice] in _returns)
+        "[ones(1)]": [torch.ones(1)],
+        "[[ones(1), ones(1)]]": [[torch.ones(1), torch.ones(1)]],
+        "[[ones(1), 2]]": [[torch.ones(1), 2]],
+        "[[ones(1)]]": [[torch.ones(1)]],
+        "[[]]": [[]],
+        "[]": [],
+        # (a longer sequence, [ones(1), 2, 3] for (Tensor, int), crashes torch 2.13: no oracle)
     }
 
 

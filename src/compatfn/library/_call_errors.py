@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
 
 import torch
 
+from compatfn.library._facts import HAS_NAMED_TENSORS
 from compatfn.library._infer_schema import declared_arguments, schema_for_this_torch
+from compatfn.library._utils import tensors_in
 
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
@@ -20,7 +22,16 @@ __all__ = [
     "expected_error",
     "floats_as_torch_prints",
     "generators_listed",
+    "has_named_tensor",
+    "refuse_named_tensors",
 ]
+
+#: torch's words for a named tensor given to an operator (measured on 1.8, 1.13, 2.1, 2.12).
+_NAMED_TENSOR_ERROR = (
+    "NYI: Named tensors are currently unsupported in TorchScript. As a  workaround please drop "
+    "names via `tensor = tensor.rename(None)`."
+)
+_HAS_NAMES: Any = getattr(torch.Tensor, "has_names", None) if HAS_NAMED_TENSORS else None
 
 #: A quoted string (kept as it is) or a float literal as Python writes it in a schema's default.
 _FLOAT_OR_STRING = re.compile(
@@ -139,3 +150,15 @@ def generators_listed(
 
     positional = tuple(listed(name, value) for name, value in zip(names, given))
     return positional, {name: listed(name, value) for name, value in kwargs.items()}
+
+
+def has_named_tensor(tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether one of ``tensors`` has names (never on a torch without named tensors)."""
+    return _HAS_NAMES is not None and any(_HAS_NAMES(t) for t in tensors)
+
+
+def refuse_named_tensors(inputs: tuple, keyword_only: Dict[str, Any]) -> None:
+    """torch's error for a named tensor among the arguments, as its operators refuse one (torch
+    1.8-2.12; the ``function`` tier has no operator to refuse it)."""
+    if has_named_tensor([*tensors_in(inputs), *tensors_in(keyword_only.values())]):
+        raise RuntimeError(_NAMED_TENSOR_ERROR)

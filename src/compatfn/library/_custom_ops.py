@@ -28,7 +28,11 @@ from compatfn.library._autograd import (
     autograd_function,
     regrouped_returns,
 )
-from compatfn.library._call_errors import check_tensor_arguments, generators_listed
+from compatfn.library._call_errors import (
+    check_tensor_arguments,
+    generators_listed,
+    has_named_tensor,
+)
 from compatfn.library._convert import (
     MISSING,
     any_left_out,
@@ -320,6 +324,8 @@ class CustomOp(Registrations):
         # Asked of plain tensors only: a subclass's __torch_function__ sees none of it.
         tensors = [*tensors_in(inputs), *tensors_in(keyword_only.values())]
         if not all(type(t) in _PLAIN_TENSORS for t in tensors):
+            return False
+        if has_named_tensor(tensors):  # the operator refuses it
             return False
         # See NOTE: [backends other than dense]
         return all(is_dense(t) for t in tensors) and not fallback_inputs(inputs)

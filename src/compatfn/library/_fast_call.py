@@ -29,6 +29,7 @@ from compatfn.library._facts import (
     C_APPLY,
     HAS_LAZY_CONJ,
     HAS_META_DEVICE,
+    HAS_NAMED_TENSORS,
     HAS_NESTED,
     HAS_ZERO_TENSOR,
     is_alias_of,
@@ -114,6 +115,8 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         plain += [f"not ({t}.is_meta{nested.format(t)})" for t in tensors]
     if HAS_LAZY_CONJ or HAS_ZERO_TENSOR:  # the dispatcher's fallbacks materialize these first
         plain += [f"not ({fallback_source(t)})" for t in tensors]
+    if HAS_NAMED_TENSORS:  # torch's operators refuse them (the general path says so)
+        plain += [f"not {t}.has_names()" for t in tensors]
     # As torch 2.7+ and the general path: autograd, so setup_context, only in grad mode.
     requires_grad = " or ".join(f"{t}.requires_grad" for t in tensors) or "False"
     through_autograd = f"({requires_grad}) and $grad_enabled()"

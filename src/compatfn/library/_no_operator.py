@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List
 import torch
 
 from compatfn.core import _transforms_active as transforms_active
+from compatfn.library._call_errors import refuse_named_tensors
 from compatfn.library._dispatch_state import (
     dispatcher_test_source,
     profiler_enabled,
@@ -132,6 +133,7 @@ def call_without_operator(
     proxies = torch_function_arguments(inputs, keyword_only)
     if proxies and (fx_calls_any_target() or _importable(op)):
         return torch.overrides.handle_torch_function(op, proxies, *inputs, **keyword_only)
+    refuse_named_tensors(inputs, keyword_only)  # as an operator converting its arguments
     if profiler_enabled():
         with torch.autograd.profiler.record_function(op._qualname):
             return op._apply(inputs, keyword_only, op._eager_fn, count)

@@ -34,6 +34,16 @@ __all__ = [
 # nothing must return None. Two or more returns take a sequence, each item by its type.
 # compatfn's tiers convert the same way; tensors alone are ``_kernels.as_returned``'s.
 
+# NOTE: [two or more returns, converted twice]
+# torch 2.13's own op converts a Python kernel's output for two or more returns twice: once when
+# the backend kernel returns (each item of a sequence by its return's type, as many items as the
+# sequence has) and again when its Autograd/ADInplaceOrView layer returns what Python got back
+# from that stack (no value: None, one: the value, more: a tuple). So a sequence of the right
+# length comes through once converted, and a one-item sequence is converted by the first type
+# and then must itself be a sequence: ``[t]`` for ``(Tensor, int)`` raises "Object of type
+# 'Tensor' is not an instance of 'sequence'", ``[[]]`` for ``(Tensor[], int)`` returns None,
+# ``[]`` raises for NoneType (measured on 2.13 for each, under no-grad and inference mode too).
+
 _INT64 = (-(2**63), 2**63 - 1)
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
 
@@ -233,12 +243,29 @@ def _one_tuple(inner: str, output: Any) -> tuple:
 
 
 def returned_items(types: List[str], output: Any) -> Any:
-    """A kernel's ``output`` for two or more returns of ``types``: a sequence, each item
-    converted by its return's type, a one-item sequence giving its item and a sequence of
-    another length as it is (torch crashes on these); torch's errors."""
+    """A kernel's ``output`` for two or more returns of ``types``, as torch hands it on: converted
+    twice (See NOTE: [two or more returns, converted twice]), with torch's errors.
+
+    Example::
+
+        >>> returned_items(["Tensor", "int"], [torch.ones(1), 2.0])
+        Traceback (most recent call last):
+        RuntimeError: Unable to cast Python instance of type <class 'float'> to C++ type '?' ...
+    """
+    once = _pushed(types, output)
+    if type(once) is tuple and len(once) == len(types):  # a second conversion changes nothing
+        return once
+    return _pushed(types, once)
+
+
+def _pushed(types: List[str], output: Any) -> Any:
+    """One conversion of ``output`` for returns of ``types``: a sequence, each item converted by
+    its return's type, then the values as Python gets a stack of them back (none: None, one: it,
+    more: a tuple); a sequence longer than the returns as it is once its first items convert
+    (torch reads past its returns there)."""
     if not is_sequence(output):
         raise TypeError(f"Object of type '{type_name(output)}' is not an instance of 'sequence'")
-    if len(output) not in (1, len(types)):
-        return output
     items = tuple(_CONVERTERS[t](v) for t, v in zip(types, output))
-    return items[0] if len(items) == 1 else items
+    if len(output) > len(types):
+        return output
+    return None if not items else items[0] if len(items) == 1 else items
