@@ -13,9 +13,7 @@ from compatfn.library._generated import generated_function, setup_context_call
 from compatfn.library._gradients import structured_gradients, torch_checked_gradients
 from compatfn.library._kernels import checked_output, kernel_keywords, run_kernel
 from compatfn.library._registration import below_autograd
-from compatfn.library._storage import (
-    distinct_output_test,
-)
+from compatfn.library._storage import distinct_output_test
 from compatfn.library._utils import (
     Definition,
     below_autograd_lines,

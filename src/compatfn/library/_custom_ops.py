@@ -83,9 +83,7 @@ from compatfn.library._returns import (
     scalar_return_types,
     tensor_return_count,
 )
-from compatfn.library._storage import (
-    is_dense,
-)
+from compatfn.library._storage import is_dense
 from compatfn.library._utils import (
     any_requires_grad,
     check_operator_name,

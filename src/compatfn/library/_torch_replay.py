@@ -9,9 +9,7 @@ from typing import Any, Dict
 
 import torch
 
-from compatfn.library._storage import (
-    aliases_any,
-)
+from compatfn.library._storage import aliases_any
 
 __all__ = ["Replay", "checked_output", "replayed", "verified"]
 
