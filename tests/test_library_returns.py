@@ -133,6 +133,28 @@ _LIST_RETURNS = {
 
 
 @pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("returns", ["Tensor[]", "(Tensor[])"])
+def test_a_tensor_list_return_written_in_parentheses_records_gradients(tier, returns):
+    """``schema=`` may write a lone list return in parentheses, which torch reads as the list
+    (its own op returns a list whose tensors record the gradient, measured on 2.13); compatfn's
+    tiers before: the list's tensors came back without a grad_fn."""
+
+    def kernel(x):
+        return [x * 2, x * 3]
+
+    def backward(ctx, grads):  # one list of gradients for the list, as torch gives it
+        return grads[0] * 2 + grads[1] * 3
+
+    op = make(tier, "listed", schema=f"(Tensor x) -> {returns}")(kernel)
+    op.register_autograd(backward)
+    x = torch.ones(2, requires_grad=True)
+    out = op(x)
+    assert type(out) is list and all(t.grad_fn is not None for t in out)
+    (out[0] + out[1]).sum().backward()
+    assert x.grad is not None and x.grad.tolist() == [5.0, 5.0]
+
+
+@pytest.mark.parametrize("tier", TIERS)
 @pytest.mark.parametrize("what", sorted(_LIST_RETURNS))
 def test_a_tensor_list_among_returns_takes_what_torch_takes(tier, what):
     """compatfn's tiers before: any value as it was returned."""
