@@ -44,6 +44,24 @@ def test_a_given_schema_with_symint_as_torchs_inference_writes_it(tier):
         op(torch.ones(2), 2.5, [1])
 
 
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("arrow", ["->", ")-> ", ") ->", ")  ->  "])
+def test_a_given_schema_takes_any_spacing_around_its_arrow(tier, arrow):
+    """torch's parser takes any spacing around the arrow (its own op, measured on 2.13); the
+    older tiers raised ``ValueError: substring not found`` for ``(Tensor x)->Tensor``."""
+
+    def f(x, s=2.0, *, n=1):
+        return x * s * n, x * 3
+
+    arguments = "(Tensor x, float s=2.0, *, int n=1"
+    schema = arguments + (")" + arrow if arrow == "->" else arrow) + "(Tensor, Tensor)"
+    op = make(tier, "spaced", schema=schema)(f)
+    x = torch.ones(1, requires_grad=True)
+    outs = [op(x), op(x, 3.0, n=2)]
+    assert [[float(t) for t in out] for out in outs] == [[2.0, 3.0], [6.0, 3.0]]
+    assert all(t.grad_fn is not None for out in outs for t in out)
+
+
 @pytest.mark.parametrize("tier", [t for t in TIERS if t != "torch"])  # torch's own words there
 def test_an_unsupported_default_is_refused_in_torchs_words(tier):
     """As torch 2.13's infer_schema (compatfn's words before: without its last sentence)."""

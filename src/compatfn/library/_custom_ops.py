@@ -53,6 +53,7 @@ from compatfn.library._infer_schema import (
     infer_schema,
     schema_for_this_torch,
     schema_signature,
+    spaced_schema,
     tensor_parameters,
 )
 from compatfn.library._kernels import (
@@ -137,6 +138,7 @@ class CustomOp(Registrations):
         if schema is not None:
             check_given_schema(self._full_name, schema, mutates_args)
             check_no_view_returns(qualname, schema)
+            schema = spaced_schema(schema)
         self._schema = schema if schema is not None else infer_schema(fn, mutates_args=mutates_args)
         check_operator_name(qualname, None if schema is None else schema_for_this_torch(schema))
         check_no_keyword_only_tensors(self._full_name, self._schema, tags)

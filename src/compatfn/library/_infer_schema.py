@@ -30,6 +30,7 @@ __all__ = [
     "schema_arguments",
     "schema_for_this_torch",
     "schema_signature",
+    "spaced_schema",
     "tensor_parameters",
 ]
 
@@ -269,6 +270,19 @@ def check_given_schema(name: str, schema: str, mutates_args: Union[str, Iterable
             "which is different from what was provided to us in `mutates_args`. "
             "Please make these consistent."
         )
+
+
+def spaced_schema(schema: str) -> str:
+    """A ``schema=`` torch's parser took, with one space either side of its arrow, as compatfn's
+    readers of the arguments and returns expect it (torch takes any spacing there).
+
+    Example::
+
+        >>> spaced_schema("(Tensor x)->Tensor")
+        '(Tensor x) -> Tensor'
+    """
+    arguments, returns = schema.rsplit("->", 1)
+    return f"{arguments.strip()} -> {returns.strip()}"
 
 
 #: A return's alias annotation that is not a write (``Tensor(a)``, ``Tensor[](a)``): a view op.
