@@ -46,6 +46,7 @@ class Registrations:
     _autocast: Dict[str, torch.dtype]
 
     def _op(self) -> CustomOp:
+        """This object as the ``CustomOp`` it is, for the functions that take one."""
         return cast("CustomOp", self)
 
     def register_kernel(
