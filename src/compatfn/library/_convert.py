@@ -18,6 +18,7 @@ import torch
 
 from compatfn.library._call_errors import expected_error, floats_as_torch_prints
 from compatfn.library._facts import HAS_ZERO_TENSOR
+from compatfn.library._infer_schema import arguments_text
 from compatfn.library._no_operator import needs_dispatcher
 from compatfn.library._scalars import SCALARS
 from compatfn.library._schema_facts import int_type
@@ -221,7 +222,7 @@ def conversions(
         >>> convert(2)
         2.0
     """
-    arguments = schema[schema.index("(") + 1 : schema.rindex(") ->")]
+    arguments = arguments_text(schema)
     found: Dict[str, Conversion] = {}
     for match in _ARGUMENT.finditer(arguments):
         name = match.group("name")

@@ -22,6 +22,7 @@ from compatfn.library._schema_facts import (
 
 __all__ = [
     "SCALAR_TYPES",
+    "arguments_text",
     "check_given_schema",
     "check_no_keyword_only_tensors",
     "check_no_view_returns",
@@ -302,6 +303,17 @@ def check_no_view_returns(qualname: str, schema: str) -> None:
         )
 
 
+def arguments_text(schema: str) -> str:
+    """The text between the parentheses of ``schema``'s arguments, whatever its spacing.
+
+    Example::
+
+        >>> arguments_text("(Tensor x, float s=2.0)->Tensor")
+        'Tensor x, float s=2.0'
+    """
+    return schema.rsplit("->", 1)[0].strip()[1:-1]
+
+
 def schema_arguments(schema: str) -> List[str]:
     """The argument declarations of ``schema`` (``"Tensor x"``, ``"*"``, ``"int n=4"``).
 
@@ -310,7 +322,7 @@ def schema_arguments(schema: str) -> List[str]:
         >>> schema_arguments("(Tensor(a0!) x, *, int[] n=[1, 2]) -> Tensor")
         ['Tensor(a0!) x', '*', 'int[] n=[1, 2]']
     """
-    inner = schema.rsplit("->", 1)[0].strip()[1:-1]
+    inner = arguments_text(schema)
     parts, depth, start = [], 0, 0
     for i, char in enumerate(inner):
         if char in "([":

@@ -14,7 +14,13 @@ import torch
 from compatfn.library._facts import HAS_ZERO_TENSOR
 from compatfn.library._infer_schema import declared_arguments
 from compatfn.library._no_operator import fallback_inputs, resolved
-from compatfn.library._returns import as_tensor, converted_returns, is_sequence, type_name
+from compatfn.library._returns import (
+    as_tensor,
+    converted_returns,
+    is_sequence,
+    return_types,
+    type_name,
+)
 from compatfn.library._scalars import NUMBER_KIND
 from compatfn.library._storage import (
     aliases_any,
@@ -213,8 +219,7 @@ def _has_trivial_fake(schema: str) -> bool:
         >>> _has_trivial_fake("(Tensor x) -> ()")
         False
     """
-    arguments, returns = schema.rsplit("->", 1)
-    return "!" in arguments and returns.strip() == "()"
+    return "!" in schema.rsplit("->", 1)[0] and return_types(schema) == ((), False)
 
 
 def _returns_nothing(*args: Any, **kwargs: Any) -> None:
