@@ -97,6 +97,9 @@ def compatfn_db(db: str, make: Callable[..., Any], tier: str) -> Any:
         source = re.sub(r"op=(\w+)\._opoverload", r"op=\1", source)
         source = re.sub(rf"op=torch\.ops\.{NAMESPACE}\.(\w+)", r"op=\1", source)
     module = types.ModuleType("compatfn_custom_op_db")
+    # Importable, as a library's module is: where torch.compile stops its graph at an op of the
+    # registered tier, dynamo traces the kernels and imports their module.
+    sys.modules[module.__name__] = module
     module.__dict__["_make_"] = make
     exec(compile(source, db, "exec"), module.__dict__)
     return module

@@ -58,7 +58,6 @@ from compatfn.library._infer_schema import (
 )
 from compatfn.library._kernels import (
     as_autograd_returned,
-    bump_declared,
     bump_zero_tensors,
     check_device_argument,
     check_device_types,
@@ -327,6 +326,10 @@ class CustomOp(Registrations):
             return False
         if has_named_tensor(tensors):  # the operator refuses it
             return False
+        # torch's Meta kernel hands the fake kernel torch's get_ctx(): See NOTE: [the fake
+        # kernel of a registered op]
+        if _registration.fake_kernel_in_registry(self) and any(t.is_meta for t in tensors):
+            return False
         # See NOTE: [backends other than dense]
         return all(is_dense(t) for t in tensors) and not fallback_inputs(inputs)
 
@@ -407,10 +410,10 @@ class CustomOp(Registrations):
         inputs, _ = self._bind(args, kwargs)
         return run_kernel(self, inputs, len(args), kwargs)
 
-    def _meta_kernel(self, *args: Any, **kwargs: Any) -> Any:
-        assert self._fake is not None
-        bump_declared(self, self._bind(args, kwargs)[0])
-        return self._fake(*args, **kwargs)
+    def _fake_kernel(self, *args: Any, **kwargs: Any) -> Any:
+        # See NOTE: [the fake kernel of a registered op]
+        inputs, _ = self._bind(args, kwargs)
+        return run_kernel(self, inputs, len(args), kwargs, fake=True)
 
     def _autograd_kernel(self, *args: Any, **kwargs: Any) -> Any:
         inputs, keyword_only = self._bind(args, kwargs)

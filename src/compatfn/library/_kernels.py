@@ -190,12 +190,12 @@ def device_argument_index(schema: str) -> Optional[int]:
     return arguments.index(("Device", "device")) if ("Device", "device") in arguments else None
 
 
-def _meta_kernel_for(op: CustomOp) -> Callable:
-    """The fake kernel, else a kernel registered for ``"meta"``, else, for an op that mutates
-    arguments and returns nothing, one returning None (torch's trivial fake impl, torch >= 2.5),
-    else torch's error (the device-generic kernel never runs for meta tensors, as on torch >=
-    2.4)."""
-    kernel = op._fake or op._kernels.get("meta")
+def _meta_kernel_for(op: CustomOp, fake_tensors: bool = False) -> Callable:
+    """The kernel registered for ``"meta"``, else the fake kernel (the fake kernel alone for
+    FakeTensors on their own device: ``fake_tensors``), else, for an op that mutates arguments
+    and returns nothing, one returning None (torch's trivial fake impl, torch >= 2.5), else
+    torch's error (the device-generic kernel never runs for meta tensors, as on torch >= 2.4)."""
+    kernel = op._fake if fake_tensors else op._kernels.get("meta") or op._fake
     if kernel is None and _has_trivial_fake(op._schema):
         return _returns_nothing
     if kernel is None:
@@ -226,17 +226,24 @@ def _returns_nothing(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-def run_kernel(op: CustomOp, inputs: tuple, count: int, keywords: Dict[str, Any]) -> Any:
+def run_kernel(
+    op: CustomOp, inputs: tuple, count: int, keywords: Dict[str, Any], fake: bool = False
+) -> Any:
     """Run the call's kernel with the arguments the dispatcher passes it: the first ``count`` of
     ``inputs`` and ``keywords`` (those left out get the kernel's own defaults, or Python's
     error where it has none, as for torch's kernels). torch's aliasing rule on its output, and
     the version counter of an argument it mutated outside torch (NumPy) bumped, so that
-    autograd sees the change."""
+    autograd sees the change. ``fake``: the fake kernel's call, whatever the inputs' device
+    (FakeTensors report their real device)."""
     bump_declared(op, inputs)  # above the fallbacks, as torch's ADInplaceOrView kernel
     # No operator: lazy views are resolved here (See NOTE: [what the dispatcher does around a call])
     if op._opoverload is None and fallback_inputs(inputs):
         inputs = resolved(op, inputs)
-    kernel = kernel_for(op, inputs)
+    if fake:  # from torch's registry: FakeTensors on their device, or meta tensors
+        tensors = tensors_in(inputs)
+        kernel = _meta_kernel_for(op, bool(tensors) and tensors[0].device.type != "meta")
+    else:
+        kernel = kernel_for(op, inputs)
     output = kernel(*inputs[:count], **keywords)
     if kernel is not op._fake:
         return checked_output(op, inputs, output, kernel)

@@ -21,7 +21,7 @@ import torch
 from compatfn.library import _registration
 from compatfn.library._autocast import autocast_kernel, check_autocast_device_type
 from compatfn.library._kernels import check_device_argument, check_device_types, kernel_switched
-from compatfn.library._utils import device_types_tuple, dispatch_key
+from compatfn.library._utils import device_types_tuple
 
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
@@ -77,7 +77,7 @@ class Registrations:
                 self._kernels[device] = kernel
                 self._switched_by[device] = devices[-1]  # See NOTE: [kernels of several devices]
                 if self._library is not None:
-                    _registration.impl_once(op, dispatch_key(device), op._device_kernel)
+                    _registration.register_device_kernel(op, device)
             op._regenerate_call()
             return kernel
 
@@ -118,7 +118,7 @@ class Registrations:
         op = self._op()
         self._fake = fn
         if self._library is not None:
-            _registration.impl_once(op, "Meta", op._meta_kernel)
+            _registration.register_fake_kernel(op)
         op._regenerate_call()
         return fn
 

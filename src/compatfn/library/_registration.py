@@ -18,7 +18,15 @@ from compatfn.library._utils import dispatch_key
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
 
-__all__ = ["below_autograd", "define", "impl_once", "library_for"]
+__all__ = [
+    "below_autograd",
+    "define",
+    "fake_kernel_in_registry",
+    "impl_once",
+    "library_for",
+    "register_device_kernel",
+    "register_fake_kernel",
+]
 
 #: One ``torch.library.Library`` per namespace, kept alive for the process (a Library that is
 #: garbage-collected unregisters its operators).
@@ -99,8 +107,54 @@ def define(op: CustomOp, tags: Sequence[Any]) -> None:
 def register_kernels(op: CustomOp, device_types: Optional[Sequence[str]]) -> None:
     """The kernels of a just defined op, and its Autograd kernel."""
     for device in device_types or (None,):
-        impl_once(op, dispatch_key(device), op._device_kernel)
+        register_device_kernel(op, device)
+    if _FAKE_REGISTRY is not None:  # as torch's own op: its error where there is none
+        register_fake_kernel(op)
     impl_once(op, "Autograd", op._autograd_kernel)
+
+
+def register_device_kernel(op: CustomOp, device: Optional[str]) -> None:
+    """Register the op's kernel for ``device`` (None: every device) with the dispatcher once;
+    for ``"meta"``, its fake kernel (which runs a meta kernel where there is no fake one)."""
+    if device == "meta":
+        register_fake_kernel(op)
+    else:
+        impl_once(op, dispatch_key(device), op._device_kernel)
+
+
+# NOTE: [the fake kernel of a registered op]
+# torch >= 2.2 keeps fake kernels in a registry of its own (``torch.library.impl_abstract``, 2.2
+# and 2.3; ``register_fake``, 2.4+): under a FakeTensorMode it calls the registered kernel with
+# the FakeTensors as they are (on their real device) and a context for data-dependent sizes
+# (``torch.library.get_ctx().new_dynamic_size()``), and it makes the operator's ``Meta`` kernel
+# call it with meta tensors and a ``get_ctx()`` that raises torch's error. That is what torch's
+# own custom op does with its fake kernel (registered when the op is defined, so that an op
+# without one gets torch's error), so a registered op's ``_fake_kernel`` goes there: for
+# FakeTensors the fake kernel, for meta tensors a kernel registered for ``"meta"`` first (torch's
+# op registers that one over its Meta kernel), else the fake kernel; else torch's trivial one or
+# its error. A call with meta tensors then goes through the operator (``_eager_ok``). Older
+# torch has no such registry: the fake kernel is the operator's ``Meta`` kernel, so a
+# FakeTensorMode hands it meta tensors and ``get_ctx()`` is None (documented).
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.2.0/torch/library.py (impl_abstract)
+_FAKE_REGISTRY: Optional[Callable[..., Any]] = getattr(
+    getattr(torch, "library", None), "register_fake", None
+) or getattr(getattr(torch, "library", None), "impl_abstract", None)
+
+
+def fake_kernel_in_registry(op: CustomOp) -> bool:
+    """Whether the op's fake kernel is in torch's registry (so meta tensors go through the
+    operator: See NOTE: [the fake kernel of a registered op])."""
+    return _FAKE_REGISTRY is not None and "Meta" in op._registered_keys
+
+
+def register_fake_kernel(op: CustomOp) -> None:
+    """Register the op's fake kernel once (See NOTE: [the fake kernel of a registered op])."""
+    if _FAKE_REGISTRY is None:
+        impl_once(op, "Meta", op._fake_kernel)
+    elif "Meta" not in op._registered_keys:
+        qualname = f"{op._namespace}::{op._full_name}"
+        _FAKE_REGISTRY(qualname, op._fake_kernel, lib=op._library)
+        op._registered_keys.add("Meta")
 
 
 def impl_once(op: CustomOp, key: str, kernel: Callable) -> None:
