@@ -10,7 +10,8 @@ gives them can be stored for rows without ``torch.library.custom_op``): ``params
 default), ``outputs`` (0-3 tensors; with ``returns``, the op's return types in order:
 ``Tensor``, ``Tensor[]``, ``int``, ``float``, ``bool``), ``mutates``, ``kernel`` (what the
 kernel does), ``autograd`` / ``fake`` / ``autocast`` (which ``register_*`` run; ``autograd`` also
-what backward returns; ``autocast`` a CPU rule to bfloat16), ``schema``
+what backward returns; ``autocast`` a CPU rule to bfloat16), ``meta_kernel`` (a kernel
+registered for ``"meta"``, before or after the fake kernel, or none), ``schema``
 (given explicitly, possibly disagreeing with the annotations), ``args`` (how each parameter is
 passed, and with which value), ``grad`` (the tensor inputs that require grad) and ``context``
 (what the call runs under). :func:`outcome` runs a case on one op maker and returns everything

@@ -301,15 +301,13 @@ def build(case: Dict[str, Any], maker: Callable, qualname: str) -> Tuple[Any, Di
             return kernel(*args, **kwargs)
 
         register("register_kernel", "cpu", cpu_kernel)
+    meta_kernel = case.get("meta_kernel", "none")  # absent from cases recorded before it
+    if meta_kernel == "before_fake":
+        register("register_kernel", "meta", _abstract_kernel("meta kernel", case, state))
     if case["fake"]:
-        kinds = return_kinds(case)
-
-        def fake(x: Any, *rest: Any, **kw: Any) -> Any:
-            state["log"].append(f"fake: {1 + len(rest)} positional, keywords {sorted(kw)}")
-            outs = [_fake_returned(kind, x, i) for i, kind in enumerate(kinds)]
-            return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
-
-        register("register_fake", fake)
+        register("register_fake", _abstract_kernel("fake", case, state))
+    if meta_kernel == "after_fake":
+        register("register_kernel", "meta", _abstract_kernel("meta kernel", case, state))
     if case.get("autocast"):
         register("register_autocast", "cpu", AUTOCAST_DTYPE)
     if case["autograd"]:
@@ -319,6 +317,18 @@ def build(case: Dict[str, Any], maker: Callable, qualname: str) -> Tuple[Any, Di
             setup_context=_setup_context(state, case.get("setup", "plain")),
         )
     return op, state
+
+
+def _abstract_kernel(name: str, case: Dict[str, Any], state: Dict[str, Any]) -> Any:
+    """A fake kernel (or one registered for ``"meta"``) logging its call as ``name``."""
+    kinds = return_kinds(case)
+
+    def abstract(x: Any, *rest: Any, **kw: Any) -> Any:
+        state["log"].append(f"{name}: {1 + len(rest)} positional, keywords {sorted(kw)}")
+        outs = [_fake_returned(kind, x, i) for i, kind in enumerate(kinds)]
+        return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
+
+    return abstract
 
 
 def _fake_returned(kind: str, x: torch.Tensor, i: int) -> Any:

@@ -108,6 +108,9 @@ RETURN_KERNELS = ["pure", "random", "capture_param", "nested", "raising", "autog
 #: What the case registers with register_autograd: nothing (False), or a backward returning a
 #: gradient per positional argument (True), one fewer, one more (a tensor), or a bare tensor.
 AUTOGRAD = [False, True, "one_fewer", "one_more", "single"]
+#: A kernel registered for ``"meta"`` (``register_kernel("meta", ...)``): none, or registered
+#: before or after the fake kernel (registered or not).
+META_KERNELS = ["none", "none", "before_fake", "after_fake"]
 #: How the registered setup_context declares its parameters (torch gives them by keyword):
 #: ``(ctx, inputs, output)``, reordered, keyword-only, or ``**kwargs`` alone.
 SETUP_SIGNATURES = ["plain", "reordered", "keyword_only", "kwargs"]
@@ -166,6 +169,7 @@ def cases(draw: Any, contexts: List[str] = CONTEXTS) -> Dict[str, Any]:
         "args": args,
         "grad": sorted(draw(st.sets(st.sampled_from(tensor_names)))),
         "context": draw(st.sampled_from(contexts)),
+        "meta_kernel": draw(st.sampled_from(META_KERNELS)),
     }
     if kernel in RETURN_KERNELS and outputs and draw(st.integers(0, 2)) == 0:
         returns = draw(st.lists(st.sampled_from(RETURNS), max_size=2))
@@ -206,6 +210,7 @@ def case(kernel: str = "pure", outputs: int = 1, **fields: Any) -> Dict[str, Any
         "args": [{"how": "pos", "value": "tensor"}],
         "grad": [],
         "context": "plain",
+        "meta_kernel": "none",
     }
     result.update(fields)
     return result
@@ -348,6 +353,18 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
     "in a thread of its own": case("capture_param", grad=["x"], autograd=True, context="thread"),
     "a declared mutation of a meta tensor, no fake kernel": case(mutates=["x"], context="meta"),
     "a declared mutation under FakeTensorMode": case(mutates=["x"], fake=True, context="fake_mode"),
+    "meta tensors run a kernel registered for meta, not the fake kernel": case(
+        fake=True, meta_kernel="after_fake", context="meta"
+    ),
+    "meta tensors run a kernel registered for meta before the fake kernel": case(
+        fake=True, meta_kernel="before_fake", context="meta", grad=["x"], autograd=True
+    ),
+    "FakeTensors run the fake kernel, not the one registered for meta": case(
+        fake=True, meta_kernel="before_fake", context="fake_mode"
+    ),
+    "FakeTensors with only a kernel registered for meta": case(
+        meta_kernel="after_fake", context="fake_mode"
+    ),
     "an op that only mutates needs no fake kernel": case(
         "inplace_declared", 0, mutates=["x"], context="meta"
     ),

@@ -36,6 +36,10 @@ _EXAMPLES = 600 if _NIGHTLY else 40
 _RUN = uuid.uuid4().hex[:6]
 _count = iter(range(10**9))
 HAS_TORCH_OP = hasattr(torch, "library") and hasattr(torch.library, "custom_op")
+#: torch >= 2.2 keeps fake kernels in a registry (``torch.library.impl_abstract``).
+HAS_FAKE_REGISTRY = hasattr(getattr(torch, "library", None), "impl_abstract")
+#: torch 2.4-2.12's own op refusing ``register_kernel("meta", ...)`` (measured).
+_META_KERNEL_REFUSED = "already a kernel registered from python overriding"
 
 
 def _recorded_on() -> str:
@@ -133,8 +137,25 @@ def tier_difference(case: Dict[str, Any], tier: str, expected: Any = None) -> An
     """Why ``tier`` cannot give torch's outcome for ``case`` on any torch, or None (``expected``:
     torch's outcome where known; a difference that needs torch's call to get as far as the
     kernel or setup_context is only one where torch's did)."""
+    meta_kernel = case.get("meta_kernel", "none") != "none"
+    if meta_kernel and tier != "torch" and _META_KERNEL_REFUSED in json.dumps(expected):
+        return (
+            f"torch {torch.__version__}'s own op refuses register_kernel('meta') (its fake kernel "
+            "holds the Meta key); compatfn's older tiers take it, as torch 2.13's own op does"
+        )
     if expected is not None and "define_error" in expected:  # nothing ran
         return None
+    if (
+        meta_kernel
+        and tier == "registered"
+        and not HAS_FAKE_REGISTRY
+        and case["context"] in ("fake_mode", *TRANSFORMS)
+    ):
+        return (
+            f"torch {torch.__version__} has no registry of fake kernels (torch >= 2.2): under a "
+            "FakeTensorMode the operator's Meta kernel runs, the kernel registered for 'meta' "
+            "first (torch's own op: the fake kernel alone)"
+        )
     transform = _transform_difference(case, tier)
     if transform is not None:
         return transform

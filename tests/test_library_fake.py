@@ -10,6 +10,7 @@ from typing import Any, List, Tuple
 import pytest
 import torch
 
+from compatfn import core
 from compatfn.library import _facts
 from library_support import TIERS, compiles, fresh, make, reset_dynamo
 
@@ -103,6 +104,51 @@ def test_an_op_with_a_data_dependent_size_compiles(tier):
     with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
         compiled = torch.compile(lambda t: op(t) * 2, backend="aot_eager", fullgraph=True)
         assert torch.equal(compiled(x), op(x) * 2)
+
+
+def _kernel_under_dynamo(maker: Any) -> List[bool]:
+    """Whether the kernel of ``torch.nonzero`` as an op made by ``maker(fn)`` ran while dynamo
+    compiled, in a compiled call that stops its graph at the op (data-dependent sizes are not
+    captured): the call runs eagerly."""
+    compiling: List[bool] = []
+
+    def nonzero_seen(x: torch.Tensor) -> torch.Tensor:
+        compiling.append(core._is_compiling())
+        return torch.nonzero(x)
+
+    op = maker(nonzero_seen)
+    op.register_fake(
+        lambda x: x.new_empty(torch.library.get_ctx().new_dynamic_size(), 1, dtype=torch.long)
+    )
+    reset_dynamo()
+    x = torch.tensor([3.0, 0.0, 5.0])
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=False):
+        compiled = torch.compile(lambda t: op(t) * 2, backend="aot_eager")
+        assert torch.equal(compiled(x), torch.tensor([[0], [4]]))
+    return compiling
+
+
+@pytest.mark.parametrize("tier", OPERATOR_TIERS)
+def test_a_graph_break_at_an_op_runs_its_kernels_without_dynamo(tier):
+    """The kernel of a call that dynamo leaves out of its graph runs without dynamo, as torch
+    2.13's own op runs it (before: dynamo took the operator's kernels for frames to compile;
+    torch 2.2: its AssertionError, 2.3: the kernel ran while dynamo compiled it). The ``torch``
+    tier's op is torch's own: side by side with it (torch 2.4's own op runs the kernel while
+    dynamo compiles, measured)."""
+    _needs_fake_registry()
+    why = compiles()
+    if why:
+        pytest.skip(why)
+    ours = _kernel_under_dynamo(lambda fn: make(tier, "nonzero_seen")(fn))
+    if tier != "torch":
+        assert ours == [False]
+        return
+    own = _kernel_under_dynamo(
+        lambda fn: torch.library.custom_op(
+            f"{fresh('own')}::nonzero_seen", fn, mutates_args=(), schema="(Tensor x) -> Tensor"
+        )
+    )
+    assert ours == own
 
 
 @pytest.mark.parametrize("tier", OPERATOR_TIERS)

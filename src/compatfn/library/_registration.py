@@ -4,10 +4,12 @@ definition, its kernels per dispatch key and its Autograd kernel."""
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
+import sys
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
+from compatfn.core import _HAS_IS_COMPILING as HAS_DYNAMO
 from compatfn.library._dispatch_state import (
     GUARD_IS_CONTEXT,
     BelowAutograd,
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "below_autograd",
     "define",
+    "dynamo_disabled",
     "fake_kernel_in_registry",
     "impl_once",
     "library_for",
@@ -153,7 +156,7 @@ def register_fake_kernel(op: CustomOp) -> None:
         impl_once(op, "Meta", op._fake_kernel)
     elif "Meta" not in op._registered_keys:
         qualname = f"{op._namespace}::{op._full_name}"
-        _FAKE_REGISTRY(qualname, op._fake_kernel, lib=op._library)
+        _FAKE_REGISTRY(qualname, dynamo_disabled(op._fake_kernel), lib=op._library)
         op._registered_keys.add("Meta")
 
 
@@ -161,8 +164,88 @@ def impl_once(op: CustomOp, key: str, kernel: Callable) -> None:
     """Register ``kernel`` for dispatch key ``key`` unless one is registered: every kernel
     compatfn registers looks the op's current state up when it runs."""
     if key not in op._registered_keys:
-        op._library.impl(op._full_name, kernel, key)
+        op._library.impl(op._full_name, dynamo_disabled(kernel), key)
         op._registered_keys.add(key)
+
+
+# NOTE: [kernels run without dynamo]
+# Where torch.compile cannot put an op's call in its graph (a data-dependent output size without
+# ``capture_dynamic_output_shape_ops``, say), the call runs eagerly inside the compiled function,
+# where dynamo takes every Python frame that starts for one to compile, the kernels the
+# dispatcher calls included: it traced compatfn's Autograd kernel and the user's kernel (torch
+# 2.2: an AssertionError from dynamo; 2.3 and 2.13: the kernel ran with ``is_compiling()`` True).
+# torch's own custom op runs its kernels with dynamo disabled, and so does compatfn: each
+# registered kernel is wrapped by ``dynamo_disabled``. A wrapper of compatfn's own is a frame
+# dynamo would take too, so where torch's C-level ``skip_code`` exists (torch 2.0-2.4, the torch
+# of the registered tier) the wrapper's code (one code object for every wrapper) is marked
+# skipped once, at import; the wrapper calls the kernel through ``torch._dynamo.disable``, made
+# at its first call after dynamo is imported (before that nothing compiles: the kernel runs as
+# it is). Elsewhere torch's ``torch._disable_dynamo`` (its frame is in torch's files, which
+# dynamo never takes; it caches what it makes from torch 2.4 on; torch 2.1-2.3 make it again at
+# each call, 10-15 us) where it has torch 2.1-2.15's form, else torch's public
+# ``torch.compiler.disable``, which imports dynamo when the kernel is registered.
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.4.0/torch/_library/custom_ops.py
+_SKIP_CODE: Optional[Callable[[Any], None]] = getattr(
+    getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None), "skip_code", None
+)
+
+
+def _run_without_dynamo(kernel: Callable) -> Callable:
+    """``kernel`` run through ``torch._dynamo.disable`` once dynamo is imported (See NOTE:
+    [kernels run without dynamo]: this wrapper's code is marked skipped)."""
+    disabled: List[Callable] = []
+
+    def run_kernel_without_dynamo(*args: Any, **kwargs: Any) -> Any:
+        if not disabled:
+            disable = getattr(sys.modules.get("torch._dynamo"), "disable", None)
+            if disable is None:  # dynamo is not imported: nothing compiles
+                return kernel(*args, **kwargs)
+            disabled.append(disable(kernel))
+        return disabled[0](*args, **kwargs)
+
+    return run_kernel_without_dynamo
+
+
+def _lazy_disable() -> Optional[Callable[..., Any]]:
+    """``torch._disable_dynamo`` where it takes ``(fn=None, recursive=True)``, else None."""
+    lazy = getattr(torch, "_disable_dynamo", None)
+    try:
+        parameters = list(inspect.signature(lazy).parameters) if callable(lazy) else []
+    except (TypeError, ValueError):
+        parameters = []
+    return lazy if parameters == ["fn", "recursive"] else None
+
+
+def _wrapper_code_skipped() -> bool:
+    """Mark the code of ``_run_without_dynamo``'s wrappers skipped by dynamo, where torch can."""
+    if _SKIP_CODE is None:
+        return False
+    try:
+        _SKIP_CODE(_run_without_dynamo(len).__code__)
+    except Exception:  # a skip_code of another form: torch's other paths below
+        return False
+    return True
+
+
+_WRAPPER_SKIPPED = HAS_DYNAMO and _wrapper_code_skipped()
+_LAZY_DISABLE = _lazy_disable() if HAS_DYNAMO and not _WRAPPER_SKIPPED else None
+
+
+def dynamo_disabled(kernel: Callable) -> Callable:
+    """``kernel``, run with dynamo disabled where this torch has dynamo (See NOTE: [kernels run
+    without dynamo])."""
+    if not HAS_DYNAMO:
+        return kernel
+    if _WRAPPER_SKIPPED:
+        return _run_without_dynamo(kernel)
+
+    def run_kernel(*args: Any, **kwargs: Any) -> Any:  # a function: torch caches on it
+        return kernel(*args, **kwargs)
+
+    if _LAZY_DISABLE is not None:
+        return _LAZY_DISABLE(run_kernel, True)
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+    return disable(run_kernel) if disable is not None else kernel
 
 
 def below_autograd(fn: Callable, args: tuple, kwargs: Dict[str, Any]) -> Any:
