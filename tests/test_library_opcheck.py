@@ -274,3 +274,25 @@ def test_a_given_schema(tier):
     assert torch.equal(op(x, s=3).detach(), x.detach() * 3)
     result = compatfn.testing.opcheck(op, (x,), {"s": 3.0})
     assert ok_or_skipped(result), result
+
+
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "function"])
+def test_an_op_of_data_dependent_output_size_passes(tier):
+    """A fake kernel making a data-dependent size (``get_ctx().new_dynamic_size()``) passes every
+    test, as with torch 2.13's opcheck (before, on torch 2.2 and 2.3: test_faketensor's
+    FakeTensorMode had no shape environment, and dynamo did not capture such an op)."""
+    if not hasattr(torch.library, "get_ctx"):
+        pytest.skip(f"torch {torch.__version__} has no torch.library.get_ctx (torch >= 2.2)")
+    why = compiles()
+    if why:
+        pytest.skip(why)
+
+    @make(tier, "nonzero_rows")
+    def nonzero_rows(x: torch.Tensor) -> torch.Tensor:
+        return torch.nonzero(x)
+
+    nonzero_rows.register_fake(
+        lambda x: x.new_empty(torch.library.get_ctx().new_dynamic_size(), x.dim(), dtype=torch.long)
+    )
+    result = compatfn.testing.opcheck(nonzero_rows, (torch.tensor([1.0, 0.0, 2.0]),))
+    assert all(v == "SUCCESS" for v in result.values()), result

@@ -4,6 +4,7 @@ torch can run them before."""
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -155,16 +156,28 @@ def _fake_mode() -> Any:
     return FakeTensorMode
 
 
+def _new_fake_mode(mode_cls: Any) -> Tuple[Any, Dict[str, bool]]:
+    """A FakeTensorMode as torch 2.13's opcheck makes it (``CrossRefFakeMode``): with a shape
+    environment, so that a fake kernel can make a data-dependent size
+    (``torch.library.get_ctx().new_dynamic_size()``), and the arguments' shapes static (the
+    keywords for ``from_tensor``), where this torch's FakeTensorMode takes them (torch >= 2.0)."""
+    if "shape_env" not in inspect.signature(mode_cls).parameters:  # torch 1.13
+        return mode_cls(), {}
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    return mode_cls(shape_env=ShapeEnv()), {"static_shapes": True}
+
+
 def _check_faketensor(op: CustomOp, args: tuple, kwargs: dict) -> Optional[str]:
     with torch.no_grad():
         real = _outputs(op(*_cloned(args), **kwargs))
     mode_cls = _fake_mode() if op._opoverload is not None else None
     if mode_cls is not None:
-        mode = mode_cls()
+        mode, static = _new_fake_mode(mode_cls)
 
         def convert(v: Any) -> Any:
             if isinstance(v, torch.Tensor):
-                return mode.from_tensor(v.detach().clone())
+                return mode.from_tensor(v.detach().clone(), **static)
             if isinstance(v, (list, tuple)):
                 return type(v)(convert(t) for t in v)
             return v
@@ -213,7 +226,7 @@ def _compare_fake_and_real(op: CustomOp, fake: List[Any], real: List[Any]) -> No
         if r.layout is torch.strided and r.storage_offset() != f.storage_offset():
             raise MetadataMismatchError(f"{context} mismatched storage offset")
         mismatch = None
-        if tuple(f.shape) != tuple(r.shape):
+        if not _same_sizes(r.shape, f.shape):
             mismatch = f"Shapes {r.shape} and {f.shape} are not equal!"
         elif f.dtype != r.dtype:
             mismatch = f"Dtypes {r.dtype} and {f.dtype} are not equal!"
@@ -250,13 +263,27 @@ def _runs_node(error: BaseException) -> bool:
     return type(error) is RuntimeError and str(error).startswith("Failed running ")
 
 
+#: A symbolic size (torch >= 2.0; none before).
+_SYM_INT: Any = getattr(torch, "SymInt", ())
+
+
+def _same_sizes(real: Sequence[int], fake: Sequence[Any]) -> bool:
+    """Whether the fake output's sizes are the real one's; a symbolic size of the fake output (a
+    data-dependent size its fake kernel made: the arguments' shapes are static) matches any, as
+    in torch 2.13's comparison (``allow_rhs_unbacked``)."""
+    if len(real) != len(fake):
+        return False
+    return all(isinstance(f, _SYM_INT) or f == r for r, f in zip(real, fake))
+
+
 def _stride_mismatch(real: torch.Tensor, fake: torch.Tensor) -> Optional[int]:
     """The first dimension of more than one element where the strides differ, for a tensor with
-    elements (torch 2.13's ``check_significant_strides``, which its opcheck applies); else None."""
+    elements (torch 2.13's ``check_significant_strides``, which its opcheck applies; a symbolic
+    stride of the fake output matches any); else None."""
     if real.layout is not torch.strided or real.numel() == 0:
         return None
     for i, (size, a, b) in enumerate(zip(real.shape, real.stride(), fake.stride())):
-        if size > 1 and a != b:
+        if size > 1 and not isinstance(b, _SYM_INT) and a != b:
             return i
     return None
 
@@ -299,12 +326,15 @@ def _check_aot_dispatch_dynamic(
         return [o.detach() for o in out] + [t.detach() for t in tensors_in(used)], grads
 
     dynamo.reset()
+    # torch's opcheck traces with AOTAutograd alone, which records an op of data-dependent
+    # output size (its fake kernel's ``new_dynamic_size()``); dynamo does where told to.
     try:
-        compiled = torch.compile(call, backend="aot_eager", dynamic=True, fullgraph=True)
-        try:
-            got = run(compiled)
-        except Exception as error:
-            raise _unwrapped(error) from None
+        with dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+            compiled = torch.compile(call, backend="aot_eager", dynamic=True, fullgraph=True)
+            try:
+                got = run(compiled)
+            except Exception as error:
+                raise _unwrapped(error) from None
     finally:
         dynamo.reset()
     expected = run(call)
