@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 import torch
 
 from compatfn.library._facts import HAS_ZERO_TENSOR
-from compatfn.library._infer_schema import declared_arguments
+from compatfn.library._infer_schema import arguments_text, declared_arguments
 from compatfn.library._no_operator import fallback_inputs, resolved
 from compatfn.library._returns import (
     as_tensor,
@@ -219,7 +219,7 @@ def _has_trivial_fake(schema: str) -> bool:
         >>> _has_trivial_fake("(Tensor x) -> ()")
         False
     """
-    return "!" in schema.rsplit("->", 1)[0] and return_types(schema) == ((), False)
+    return "!" in arguments_text(schema) and return_types(schema) == ((), False)
 
 
 def _returns_nothing(*args: Any, **kwargs: Any) -> None:
