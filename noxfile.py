@@ -211,11 +211,13 @@ _ORACLE_ROW = matrix.row(sessions.CUSTOM_OP_ORACLE)
 @nox.session(name="custom-op-oracle", python=_ORACLE_ROW.python, default=False)
 @_discarding
 def custom_op_oracle(session: nox.Session) -> None:
-    """Record what torch's own custom_op gives the differential oracle's fixed cases (on the torch
-    of ``tools/sessions.py``'s CUSTOM_OP_ORACLE) into tests/data/custom_op_oracle.json, which the
-    rows without torch.library.custom_op compare with."""
+    """Record what torch's own custom_op gives the differential oracle's fixed cases and the
+    conversion oracle's pool (on the torch of ``tools/sessions.py``'s CUSTOM_OP_ORACLE) into
+    tests/data/custom_op_oracle.json and tests/data/conversion_oracle.json, which compatfn's own
+    tiers compare with."""
     _install(session, _ORACLE_ROW)
     session.run("python", str(ROOT / "tests" / "library_oracle.py"), "--record")
+    session.run("python", str(ROOT / "tests" / "library_conversion_oracle.py"), "--record")
 
 
 @nox.session(python=sessions.LINT_PYTHON, default=False)

@@ -137,12 +137,13 @@ def apply_autograd(
     """``fn`` (an ``autograd_function`` of ``op``) applied to the first ``count`` of ``inputs``
     (the arguments the dispatcher passes) and its metadata inputs."""
     extra = fn._metadata_inputs
-    flat, layout = flatten(inputs[:count])
-    if extra == 2:
+    if extra == 2:  # only an op with tensor lists has them spliced in (an empty int list stays)
+        flat, layout = flatten(inputs[:count])
         return fn.apply(*flat, Call(layout, keyword_only), None)
+    args = inputs[:count]
     if op._keyword_only:
-        return fn.apply(*flat, Call(layout, keyword_only))
-    return fn.apply(*flat, None) if extra else fn.apply(*flat)
+        return fn.apply(*args, Call([-1] * count, keyword_only))
+    return fn.apply(*args, None) if extra else fn.apply(*args)
 
 
 def autograd_function(op: CustomOp, dispatched: bool) -> Any:

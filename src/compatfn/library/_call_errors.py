@@ -87,6 +87,15 @@ _PYBIND_CAST = (
 _THE_VALUE: Any = object()
 
 
+def _printable(value: Any) -> bool:
+    """Whether ``str(value)`` is text UTF-8 can encode (not a lone surrogate)."""
+    try:
+        str(value).encode()
+    except Exception:  # UnicodeEncodeError, or a __str__ that raises
+        return False
+    return True
+
+
 def expected_error(
     qualname: str,
     schema: str,
@@ -103,8 +112,10 @@ def expected_error(
     culprit = value if culprit is _THE_VALUE else culprit
     if python_error is not None:
         details = f"\n Python error details: {type(python_error).__name__}: {python_error}"
-    elif shown in ("Tensor", "Optional[Tensor]"):
-        details = f"\nCast error details: Unable to cast {value!r} to Tensor"
+    elif not _printable(culprit):  # pybind11 cannot make a str of it either
+        details = "\nCast error details: " + _PYBIND_CAST.format(type(culprit))
+    elif shown in ("Tensor", "Optional[Tensor]", "List[Optional[Tensor]]"):  # str(), as torch
+        details = f"\nCast error details: Unable to cast {culprit!s} to Tensor"
     elif "number" in shown:
         details = f"\nCast error details: Cannot cast {culprit!s} to number"
     else:

@@ -20,7 +20,7 @@ from compatfn.library._call_errors import expected_error, floats_as_torch_prints
 from compatfn.library._facts import HAS_ZERO_TENSOR
 from compatfn.library._infer_schema import arguments_text
 from compatfn.library._no_operator import needs_dispatcher
-from compatfn.library._scalars import SCALARS
+from compatfn.library._scalars import LIST_ITEMS, SCALARS
 from compatfn.library._schema_facts import int_type
 
 if TYPE_CHECKING:
@@ -64,12 +64,25 @@ _ARGUMENT = re.compile(r"(?P<type>[A-Za-z]+(?:\([^)]*\))?\??(?:\[\])?\??) (?P<na
 
 
 def _is_sequence(value: Any) -> bool:
-    """A sequence in CPython's sense that is not a tensor, a str or a mapping."""
-    return (
-        not isinstance(value, (torch.Tensor, str, bytes, dict))
-        and hasattr(type(value), "__len__")
-        and hasattr(type(value), "__getitem__")
-    )
+    """A sequence in CPython's sense that is not a tensor, a str or a mapping (its type's own
+    methods: an enum member's class has ``__len__`` from its metaclass)."""
+    if isinstance(value, (torch.Tensor, str, bytes, dict)):
+        return False
+    return _type_has(type(value), "__len__") and _type_has(type(value), "__getitem__")
+
+
+def _pybind_length(value: Any, error: Callable[..., RuntimeError]) -> None:
+    """pybind11's vector caster takes a sequence's ``len()`` first: torch's error with the
+    Python error where it fails (a 0-d numpy array)."""
+    if _is_sequence(value):
+        try:
+            len(value)
+        except TypeError as exc:
+            raise error(value, python_error=exc) from None
+
+
+def _type_has(kind: type, name: str) -> bool:
+    return any(name in vars(k) for k in kind.__mro__)
 
 
 #: The types, by name, that pybind11 3 takes for a ``std::vector`` beside sequences, sets and
@@ -120,15 +133,25 @@ def _tensor_list(error: Callable[..., RuntimeError], optional_items: bool) -> Ca
     """A ``Tensor[]`` (``Tensor?[]``: ``optional_items``) argument as the dispatcher takes it
     (See NOTE: [what the dispatcher takes for a list])."""
 
+    def items_of(value: Any) -> List[Any]:
+        if not optional_items:  # pybind11's vector caster
+            if not _vector_like(value):
+                raise error(value)
+            _pybind_length(value, error)
+            return list(value)
+        try:  # torch's own loop: any iterable
+            iterator = iter(value)
+        except TypeError as exc:
+            raise error(value, python_error=exc) from None
+        return list(iterator)
+
     def converted(value: Any) -> Any:
         if _is_proxy(value):
             return value
-        if not isinstance(value, (list, tuple, types.GeneratorType)):
-            raise error(value)
-        items = list(value)
+        items = items_of(value)
         for item in items:
             if not (_is_tensor_like(item) or (optional_items and item is None)):
-                raise error(value)
+                raise error(value, item) if optional_items else error(value)
         return items
 
     return converted
@@ -151,8 +174,8 @@ def _conversion(
     is_list = base.endswith("[]")
     base = base[: -len("[]")] if is_list else base
 
-    def error(value: Any, *culprit: Any) -> RuntimeError:
-        return expected_error(qualname, schema, name, shown, value, *culprit)
+    def error(value: Any, *culprit: Any, **python_error: Any) -> RuntimeError:
+        return expected_error(qualname, schema, name, shown, value, *culprit, **python_error)
 
     if is_list and base.startswith("Tensor"):
         shown = "List[Optional[Tensor]]" if base.endswith("?") else "List[Tensor]"
@@ -165,6 +188,9 @@ def _conversion(
     kind, type_name, convert = SCALARS[base]
     # torch < 2.0 has no SymInt: an inferred int there is what torch >= 2.0 infers as SymInt
     symint = base == "SymInt" or (base == "int" and inferred and int_type() == "int")
+    if symint:
+        convert = SCALARS["SymInt"][2]
+    convert_item = LIST_ITEMS["SymInt" if symint else base]
     shown = f"List[{type_name}]" if is_list else type_name
     shown = f"Optional[{shown}]" if optional else shown
 
@@ -181,11 +207,12 @@ def _conversion(
     def _scalar_list(value: Any) -> List[Any]:
         if symint and _is_integer_vector(value):  # an operator reads it where it is called
             return value if operator and needs_dispatcher() else _values(value)
-        if base == "Scalar" or (symint and not isinstance(value, torch.Tensor)):
+        if base == "Scalar" or symint:
             return _read_list(value)
         if not _vector_like(value):
             raise error(value)
-        return _items(value, list(value))
+        _pybind_length(value, error)
+        return _items(value, list(value), whole=True)
 
     def _read_list(value: Any) -> List[Any]:
         """A ``SymInt[]`` or ``Scalar[]``, which torch reads itself (See NOTE: [what the
@@ -196,14 +223,17 @@ def _conversion(
             raise expected_error(qualname, schema, name, shown, value, python_error=exc) from None
         values = list(iterator)
         if symint and iterator is value:  # read twice: the second time finds it empty
+            _items(value, [v for v in values if isinstance(v, torch.Tensor)])  # checked first
             return []
         return _items(value, values)
 
-    def _items(value: Any, values: List[Any]) -> List[Any]:
-        items: List[Any] = [convert(v) for v in values]
+    def _items(value: Any, values: List[Any], whole: bool = False) -> List[Any]:
+        """The items converted; torch's error names the item, or the list where pybind11's
+        vector caster refuses it as a whole (``whole``)."""
+        items: List[Any] = [convert_item(v) for v in values]
         for item, v in zip(items, values):
             if item is None:
-                raise error(value, v)
+                raise error(value) if whole else error(value, v)
         return items
 
     return (None if is_list else kind), optional, converted

@@ -4,7 +4,7 @@ do not go through it (``_convert`` reads :data:`SCALARS`)."""
 
 from __future__ import annotations
 
-import numbers
+import operator
 from typing import Any, Callable, Dict, Tuple
 
 import torch
@@ -14,58 +14,126 @@ from compatfn.library._schema_facts import (
     ENUM_NUMBERS,
 )
 
-__all__ = ["NUMBER_KIND", "SCALARS"]
+__all__ = ["LIST_ITEMS", "NUMBER_KIND", "SCALARS"]
 
 
 #: The exact type :data:`SCALARS` gives a ``Scalar``: no value has it, so every number is
 #: converted, and an argument equals a default only of its own kind (``_utils.elidable``).
-NUMBER_KIND: type = object
+NUMBER_KIND: type = type("Number", (), {"__module__": __name__})
 
 
-def _is_number_tensor(value: Any) -> bool:
-    """A tensor of one element, of any shape: the dispatcher takes it for a number."""
-    return isinstance(value, torch.Tensor) and value.numel() == 1
+# NOTE: [what the dispatcher takes for a scalar]
+# torch converts an ``int``, ``float``, ``bool`` or ``str`` argument with pybind11's casters
+# (``toIValue``; the items of a ``float[]``, ``bool[]`` or written ``int[]`` too), measured on
+# torch 2.13's own custom_op against a pool of values (``tests/library_conversion_oracle.py``):
+# - ``int``: not a float (a subclass included); an int or an object with ``__index__``; else,
+#   for an object with ``__int__``, ``__index__`` or ``__float__`` (or a complex), ``int(value)``
+#   (a Decimal, a Fraction, numpy's float32 and bool, a one-element tensor); within int64. A dtype,
+#   layout or memory format gives its c10 number.
+# - ``float``: ``float(value)`` for an object with ``__float__`` or ``__index__``, within float's
+#   range (not a str).
+# - ``bool``: True, False, None (False) and any object whose type has ``__bool__`` returning a
+#   bool (numbers, numpy scalars, a one-element tensor, a range; not a str, bytes or a list).
+# - ``str``: a str (a subclass as a plain str) UTF-8 can encode, bytes or a bytearray decoded.
 
 
-_INT64 = range(-(2**63), 2**63)
+def _number_check(value: Any) -> bool:
+    """CPython's ``PyNumber_Check``: what pybind11 retries with ``int()`` or ``float()``."""
+    kind = type(value)
+    return (
+        hasattr(kind, "__index__")
+        or hasattr(kind, "__int__")
+        or hasattr(kind, "__float__")
+        or isinstance(value, complex)
+    )
+
+
+_INT64_MIN, _INT64_END = -(2**63), 2**63
+#: c10's MemoryFormat numbers: an ``int`` argument takes a memory format as its number (torch
+#: 2.13, measured), a ``Scalar`` does not.
+# Upstream: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/core/MemoryFormat.h
+_MEMORY_FORMAT_NUMBERS = {
+    getattr(torch, name): number
+    for number, name in enumerate(
+        ("contiguous_format", "preserve_format", "channels_last", "channels_last_3d")
+    )
+    if hasattr(torch, name)
+}
+_INT_NUMBERS = {**ENUM_NUMBERS, **_MEMORY_FORMAT_NUMBERS}
+_ENUMS = (torch.dtype, torch.layout, torch.qscheme, torch.memory_format)
 
 
 def _to_float(value: Any) -> Any:
-    """A float; None (torch's error) for an int beyond float's range (``10**400``)."""
-    if isinstance(value, numbers.Real) or _is_number_tensor(value):
-        try:
-            return float(value)
-        except OverflowError:
-            return None
-    return None
+    """A float as pybind11 casts one; None (torch's error) otherwise (See NOTE: [what the
+    dispatcher takes for a scalar])."""
+    if type(value) is float:
+        return value
+    kind = type(value)
+    if not (hasattr(kind, "__float__") or hasattr(kind, "__index__")):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError, RuntimeError):
+        return None
 
 
 def _to_int(value: Any) -> Any:
-    """An int; None (torch's error) for one outside int64."""
-    if isinstance(value, numbers.Integral) or _is_number_tensor(value):
-        result = int(value)
-        return result if result in _INT64 else None
-    return None
+    """An ``int`` argument: a dtype, layout or memory format its c10 number, else
+    ``_to_symint`` (See NOTE: [what the dispatcher takes for a scalar])."""
+    if type(value) is int:
+        return value if _INT64_MIN <= value < _INT64_END else None
+    if isinstance(value, _ENUMS):
+        return _INT_NUMBERS.get(value)
+    return _to_symint(value)
 
 
-def _is_numpy_bool(value: Any) -> bool:
-    return type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")
+def _to_symint(value: Any) -> Any:
+    """An int as pybind11 casts one (a ``SymInt`` argument, an item of an ``int[]``); None
+    (torch's error) otherwise (See NOTE: [what the dispatcher takes for a scalar])."""
+    if type(value) is int:
+        return value if _INT64_MIN <= value < _INT64_END else None
+    if isinstance(value, float):
+        return None
+    try:
+        result = operator.index(value)
+    except TypeError:
+        if not _number_check(value):
+            return None
+        try:
+            result = int(value)
+        except (TypeError, ValueError, OverflowError, RuntimeError):
+            return None
+    except Exception:  # an __index__ that raises something else
+        return None
+    result = int(result)  # an int subclass's value (a bool as 0 or 1)
+    return result if _INT64_MIN <= result < _INT64_END else None
 
 
 def _to_bool(value: Any) -> Any:
-    if isinstance(value, numbers.Real) or _is_number_tensor(value) or _is_numpy_bool(value):
+    """A bool as pybind11 casts one (See NOTE: [what the dispatcher takes for a scalar])."""
+    if value is True or value is False:
+        return value
+    if value is None:
+        return False
+    if isinstance(value, str) or not hasattr(type(value), "__bool__"):
+        return None
+    try:
         return bool(value)
-    return None
+    except Exception:  # a tensor of several elements; __bool__ returning another type
+        return None
 
 
 def _to_str(value: Any) -> Any:
-    """A str; ``bytes`` decoded, as torch's argument parser takes them; not a str UTF-8 cannot
-    encode (a lone surrogate such as U+D800: torch refuses it, measured on 2.4-2.15)."""
-    if isinstance(value, str):
+    """A plain str; ``bytes`` and ``bytearray`` decoded, as torch's argument parser takes them;
+    not a str UTF-8 cannot encode (a lone surrogate such as U+D800: torch refuses it, measured on
+    2.4-2.15)."""
+    if type(value) is str:
         return value if value.isascii() or _utf8_encodable(value) else None
-    if isinstance(value, bytes):
+    if isinstance(value, str):
+        return _to_str("".join((value,)))  # a plain str of a subclass's characters
+    if isinstance(value, (bytes, bytearray)):
         try:
-            return value.decode()
+            return bytes(value).decode()
         except UnicodeDecodeError:
             return None
     return None
@@ -80,9 +148,23 @@ def _utf8_encodable(value: str) -> bool:
 
 
 def _to_device(value: Any) -> Any:
-    if isinstance(value, (str, torch.device)):
-        return torch.device(value)
-    return None
+    """A device: a ``torch.device``, else what ``_to_str`` takes, parsed."""
+    if isinstance(value, torch.device):
+        return value
+    text = _to_str(value)
+    return None if text is None else torch.device(text)
+
+
+def _symint_item(value: Any) -> Any:
+    """An item of a ``SymInt[]``, which torch reads itself: a tensor only with one element of an
+    integer dtype (not bool), else as ``_to_symint``."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.dtype.is_floating_point or value.dtype.is_complex:
+            return None
+        if value.dtype is torch.bool:
+            return None
+        return int(value)
+    return _to_symint(value)
 
 
 # NOTE: [what the dispatcher takes for a number]
@@ -116,7 +198,8 @@ def _to_number(value: Any) -> Any:
 def _to_dtype(value: Any) -> Any:
     if isinstance(value, torch.dtype):
         return value
-    if isinstance(value, int):
+    value = None if isinstance(value, _ENUMS) else _to_symint(value)
+    if value is not None:
         if value not in DTYPE_OF_NUMBER:
             raise RuntimeError("unsupported scalarType")
         return DTYPE_OF_NUMBER[value]
@@ -128,10 +211,18 @@ def _to_dtype(value: Any) -> Any:
 SCALARS: Dict[str, Tuple[type, str, Callable[[Any], Any]]] = {
     "float": (float, "float", _to_float),
     "int": (int, "int", _to_int),
-    "SymInt": (int, "int", _to_int),
+    "SymInt": (int, "int", _to_symint),
     "bool": (bool, "bool", _to_bool),
     "str": (str, "str", _to_str),
     "Device": (torch.device, "Device", _to_device),
     "ScalarType": (torch.dtype, "int", _to_dtype),
     "Scalar": (NUMBER_KIND, "number", _to_number),
+}
+
+#: Schema base type -> the converter of each item of a list of it (``int[]``, ``SymInt[]``: no
+#: dtype, layout or memory format numbers there).
+LIST_ITEMS: Dict[str, Callable[[Any], Any]] = {
+    **{base: convert for base, (_, _, convert) in SCALARS.items()},
+    "int": _to_symint,
+    "SymInt": _symint_item,
 }
