@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import sys
 import typing
 from typing import Any, Dict, Optional, Sequence, Tuple
 
@@ -248,3 +249,19 @@ def test_tuple_parameter_hint_as_torchs():
 
     with pytest.raises(ValueError, match=r"Tuple\[int, int\]\. We do not support Tuple inputs"):
         compatfn_infer_schema(f, mutates_args=())
+
+
+@pytest.mark.skipif(sys.version_info < (3, 10), reason="X | Y annotations need Python 3.10")
+def test_unions_written_with_a_bar_are_optional_types():
+    """``int | None`` as ``Optional[int]``, as torch 2.13's infer_schema reads it (compatfn
+    refused it; found by a hostile probe)."""
+    scope = {"torch": torch}
+    exec(
+        "def f(x: torch.Tensor, y: int | None, z: None | float = None,\n"
+        "      w: list[torch.Tensor | None] = None, v: torch.Tensor | None = None)"
+        " -> torch.Tensor: ...",
+        scope,
+    )
+    expected = "(Tensor x, SymInt? y, float? z=None, Tensor?[] w=None, Tensor? v=None) -> Tensor"
+    schema = compatfn_infer_schema(scope["f"], mutates_args=())
+    assert schema == expected.replace("SymInt", _schema_facts.int_type())

@@ -120,3 +120,17 @@ def _torch_refuses_empty_alias(make_alias) -> bool:
         assert "may not alias any inputs" in str(error), error
         return True
     return False
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_the_wildcard_namespace_is_refused_at_definition(tier):
+    """torch 2.13's own error on every tier (a Library for ``_`` crashed torch 1.13 and 2.0's
+    process; found by a hostile probe)."""
+    with pytest.raises(
+        RuntimeError, match="cannot define TORCH_LIBRARY_FRAGMENT with the wildcard"
+    ):
+        make(tier, "f", qualname="_::f")(_identity)

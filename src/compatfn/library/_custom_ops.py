@@ -86,6 +86,7 @@ from compatfn.library._returns import (
 from compatfn.library._storage import is_dense
 from compatfn.library._utils import (
     any_requires_grad,
+    check_namespace_definable,
     check_operator_name,
     detached,
     elidable_tail,
@@ -131,6 +132,7 @@ class CustomOp(Registrations):
         tags: Sequence[Any] = (),
     ) -> None:
         self._namespace, self._name, self._overload = parse_qualname(qualname)
+        check_namespace_definable(self._namespace)
         check_device_types(device_types)
         self._full_name = f"{self._name}.{self._overload}" if self._overload else self._name
         self._qualname = qualname
@@ -356,8 +358,12 @@ class CustomOp(Registrations):
             return call_autocast(self, inputs[:count], keyword_only, autocast)
         # See NOTE: [where torch's Autograd kernel runs]
         excluded = autograd_excluded()
+        tensors = tensors_in(inputs)
+        # No tensor but inference tensors (none at all included): the dispatcher's key set has
+        # no Autograd key, so the kernel runs as called, recording what it records.
+        inference = all(is_inference(t) for t in tensors)
         if not excluded and (
-            (torch.is_grad_enabled() and any_requires_grad(inputs))
+            (not inference and torch.is_grad_enabled() and any_requires_grad(inputs))
             or (self._opoverload is None and is_tracing())
         ):  # See NOTE: [tracing without a dispatcher]
             if fn is not self._eager_fn and transforms_active():
@@ -371,8 +377,6 @@ class CustomOp(Registrations):
         if fn is not self._eager_fn:  # torch's Autograd kernel called this
             return _registration.below_autograd(self._opoverload, inputs, keyword_only)
         kernel_call = (self, inputs, count, kernel_keywords(self, keyword_only))
-        tensors = tensors_in(inputs)
-        inference = bool(tensors) and all(is_inference(t) for t in tensors)
         if excluded or inference:
             output = run_kernel(*kernel_call)
             if self._mutated and not inference:  # torch's ADInplaceOrView kernel returns it

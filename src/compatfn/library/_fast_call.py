@@ -120,6 +120,12 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     # As torch 2.7+ and the general path: autograd, so setup_context, only in grad mode.
     requires_grad = " or ".join(f"{t}.requires_grad" for t in tensors) or "False"
     through_autograd = f"({requires_grad}) and $grad_enabled()"
+    # Every tensor is an inference tensor (torch 1.9 makes them but cannot tell them), or there is
+    # no tensor: torch's Autograd kernel does not run, even for a tensor that requires grad.
+    inference = " and ".join(f"{t}.is_inference()" for t in tensors if HAS_IS_INFERENCE)
+    inference = inference or ("False" if tensors else "True")
+    if inference not in ("False", "True"):
+        through_autograd = f"{through_autograd} and not ({inference})"
     if op._opoverload is None:
         through_autograd = f"({through_autograd}) or $is_tracing()"
     call = f"$out = $kernel({', '.join(positional)})"
@@ -132,8 +138,6 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     again = "$autograd_returned($count, {})"
     short = []
     globals_["excluded"] = autograd_excluded
-    # Every tensor is an inference tensor (torch 1.9 makes them but cannot tell them).
-    inference = " and ".join(f"{t}.is_inference()" for t in tensors if HAS_IS_INFERENCE) or "False"
     if BelowAutograd is not None:  # See NOTE: [where torch's Autograd kernel runs]
         below = [f"    {line}" for line in below_autograd_lines(call, globals_)]
         if count >= 2:
@@ -149,7 +153,7 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
         short += ["    return $out", f"elif {inference}:", f"    {call}", "else:", *below]
     else:  # torch 1.8 to 1.12: no guard; a graph the kernel recorded is dropped
         branch = "if"
-        if HAS_INFERENCE_MODE:  # 1.9 to 1.12: inference mode is what excludes autograd
+        if HAS_INFERENCE_MODE or not tensors:  # 1.9-1.12: inference mode excludes autograd
             short += [f"if $excluded() or {inference}:", f"    {call}"]
             if count >= 2:
                 short += [f"    return {checked}"]

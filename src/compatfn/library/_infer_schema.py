@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections.abc
 import inspect
 import re
+import types
 import typing
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -69,9 +70,13 @@ def _resolve(annotation: Any, fn: Callable) -> Any:
     return annotation
 
 
+#: What ``typing.get_origin`` gives a union: ``typing.Union``, and ``X | Y`` (Python >= 3.10).
+_UNIONS = (Union, getattr(types, "UnionType", Union))
+
+
 def _optional_of(annotation: Any) -> Any:
-    """``X`` for ``Optional[X]``, else ``None``."""
-    if typing.get_origin(annotation) is Union:
+    """``X`` for ``Optional[X]`` (or ``X | None``), else ``None``."""
+    if typing.get_origin(annotation) in _UNIONS:
         args = tuple(a for a in typing.get_args(annotation) if a is not _NoneType)
         if len(args) == len(typing.get_args(annotation)) - 1:  # None was one of them
             # ``Optional[Number]`` is one flat Union: take ``Number`` back out of it.

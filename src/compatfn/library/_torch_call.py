@@ -217,6 +217,9 @@ def _short_path_lines(
         body += [f"if $excluded() or {inference}:", *direct]
         body += ["else:", *_apply_lines(opdef, kinds, tensors, g)]
     else:  # See NOTE: [the guard where autograd is excluded]
+        # Inference tensors alone, one requiring grad included: torch's Autograd kernel does not
+        # run.
+        grad += f" and not ({inference})" if tensors else ""
         body += [f"if {grad} and not $excluded():", *_apply_lines(opdef, kinds, tensors, g)]
         body += [f"elif {inference}:", *direct]
         body += [
@@ -300,7 +303,7 @@ def generated_call(opdef: Any) -> Callable:
     """The op's call as it is registered now (See NOTE: [the torch tier's call]): the ``__call__``
     of its op objects, reading the state (``__dict__``) of ``opdef``, never the object called."""
     kinds = _simple_kinds(opdef)
-    if kinds is None:
+    if kinds is None or all(kind is not None for _, kind in kinds):  # no tensor: the operator
         return _torch_call(opdef.__dict__)
     fn = opdef._init_fn
     params = list(inspect.signature(fn).parameters.values())

@@ -62,6 +62,17 @@ def parse_qualname(qualname: str) -> Tuple[str, str, str]:
     return namespace, name, overload
 
 
+def check_namespace_definable(namespace: str) -> None:
+    """torch's error for the wildcard namespace ``_`` (torch 2.13's own custom_op refuses it; a
+    ``torch.library.Library`` for it crashes the process on torch 1.13 and 2.0, measured)."""
+    if namespace == "_":
+        raise RuntimeError(
+            "TORCH_LIBRARY_FRAGMENT: cannot define TORCH_LIBRARY_FRAGMENT with the wildcard "
+            "namespace _ (every TORCH_LIBRARY_FRAGMENT defines operators for a distinct "
+            "namespace!) Did you mean to use TORCH_LIBRARY_IMPL instead?"
+        )
+
+
 def check_operator_name(qualname: str, given_schema: Optional[str]) -> None:
     """torch's errors, at definition, for an operator name its schema parser refuses (``1x``,
     ``x-y``, ``if``), a ``default`` overload or a ``schema=`` naming a namespace of its own;
