@@ -265,3 +265,30 @@ def test_unions_written_with_a_bar_are_optional_types():
     expected = "(Tensor x, SymInt? y, float? z=None, Tensor?[] w=None, Tensor? v=None) -> Tensor"
     schema = compatfn_infer_schema(scope["f"], mutates_args=())
     assert schema == expected.replace("SymInt", _schema_facts.int_type())
+
+
+def _optional_tensor_list(x: torch.Tensor, y: Optional[typing.List[torch.Tensor]]) -> torch.Tensor:
+    return x
+
+
+def _optional_number_list(x: torch.Tensor, y: Optional[typing.List[Number]]) -> torch.Tensor:
+    return x
+
+
+def _none_type_return(x: torch.Tensor) -> type(None):  # type: ignore[valid-type]
+    return None
+
+
+@pytest.mark.parametrize(
+    "fn, refused",
+    [
+        (_optional_tensor_list, "Parameter y has unsupported type"),
+        (_optional_number_list, "Parameter y has unsupported type"),
+        (_none_type_return, "Return has unsupported type <class 'NoneType'>"),
+    ],
+)
+def test_what_torch_2_13_refuses_is_refused(fn, refused):
+    """torch 2.13 takes an Optional list of ints, floats or bools only, and ``None`` (not
+    ``type(None)``) for no return (compatfn took them; found by a hostile probe)."""
+    with pytest.raises(ValueError, match=refused):
+        compatfn_infer_schema(fn, mutates_args=())

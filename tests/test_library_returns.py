@@ -7,9 +7,10 @@ side by side on the torch tier, else the outcomes recorded from torch 2.13
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 import torch
@@ -189,3 +190,48 @@ if __name__ == "__main__" and sys.argv[1:] == ["--record"]:
     payload = {"torch": torch.__version__, "outcomes": _outcomes(_torch_own)}
     _RECORDED.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
     print(f"{_RECORDED}: {len(payload['outcomes'])} outcomes from torch {torch.__version__}")
+
+
+_RETURNED: Dict[str, Any] = {}
+
+
+def _list_returning(x: torch.Tensor) -> List[torch.Tensor]:
+    return _RETURNED["list"](x)
+
+
+def _pair_returning(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _RETURNED["pair"](x)
+
+
+_PYBIND = "Unable to cast Python instance of type <class '{}'> to C++ type"
+
+
+@pytest.mark.parametrize("tier", [t for t in TIERS if t != "torch"])
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize(
+    "kind, returned, expected",
+    [
+        ("list", lambda x: x * 2, (RuntimeError, _PYBIND.format("torch.Tensor"))),
+        ("list", lambda x: 3, (RuntimeError, _PYBIND.format("int"))),
+        ("list", lambda x: [1], (RuntimeError, _PYBIND.format("list"))),
+        ("list", lambda x: (x * 2, 2), (RuntimeError, _PYBIND.format("tuple"))),
+        ("list", lambda x: (t for t in [x * 2, x * 3]), 2),
+        ("pair", lambda x: (x * 2, 2, 2.5), (RuntimeError, "Unable to cast 2 to Tensor")),
+        ("pair", lambda x: (), (TypeError, "'NoneType' is not an instance of 'sequence'")),
+        ("pair", lambda x: [], (TypeError, "'NoneType' is not an instance of 'sequence'")),
+    ],
+)
+def test_returns_convert_as_torch_2_13s_own_op(tier, grad, kind, returned, expected):
+    """A ``Tensor[]`` return alone, and a tuple of two with the wrong length, as torch 2.13's own
+    op hands them on (recorded there; compatfn's tiers handed them on unchecked; found by
+    hostile probes)."""
+    _RETURNED[kind] = returned
+    op = make(tier, f"returns_{kind}")(_list_returning if kind == "list" else _pair_returning)
+    x = torch.ones(2, requires_grad=grad)
+    if isinstance(expected, int):
+        out = op(x)
+        assert type(out) is list and len(out) == expected
+        return
+    error, message = expected
+    with pytest.raises(error, match=re.escape(message)):
+        op(x)

@@ -244,3 +244,22 @@ def test_torchscript_calls_the_op_from_python_as_torchs():
     generated call as a Tensor and refused a float)."""
     ours, control = pair(autograd=False)
     assert _scripted_results(ours) == _scripted_results(control)
+
+
+def _with_tensor_list(x: torch.Tensor, ys: List[torch.Tensor]) -> torch.Tensor:
+    return x * 2
+
+
+def test_register_autograd_none_clears_the_formula_as_torchs():
+    """``register_autograd(None)`` on an op with a tensor list (whose formula compatfn wraps on
+    torch 2.4-2.13): backward raises torch's "no autograd formula" error, not a TypeError
+    (found by a hostile probe)."""
+    messages = []
+    for op in pair(_with_tensor_list, "with_list", autograd=False):
+        op.register_autograd(lambda ctx, g: (g * 2, None))
+        op.register_autograd(None)
+        x = torch.ones(2, requires_grad=True)
+        with pytest.raises(RuntimeError) as error:
+            op(x, [torch.ones(1)]).sum().backward()
+        messages.append(str(error.value).replace(op._namespace, "ns"))
+    assert messages[0] == messages[1]

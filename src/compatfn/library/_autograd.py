@@ -179,13 +179,15 @@ def autograd_function(op: CustomOp, dispatched: bool) -> Any:
 
     def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
         args, layout, keyword_only = split(inputs)
-        ctx._input_layout = layout  # for backward: which arguments are lists, of how many
+        ctx._custom_op_input_layout = layout  # for backward: which arguments are lists, of how many
         if not extra:  # for torch_checked_gradients: an optional tensor left None too
-            ctx._non_tensors = frozenset(
+            ctx._custom_op_non_tensors = frozenset(
                 i for i, v in enumerate(args) if not isinstance(v, torch.Tensor)
             )
         if op._list_returns:  # for backward: See NOTE: [tensor lists among several returns]
-            ctx._output_lengths = output[-1] if isinstance(output, tuple) and output else None
+            ctx._custom_op_output_lengths = (
+                output[-1] if isinstance(output, tuple) and output else None
+            )
         if op._setup_context is None:
             return
         args = (*args, *schema_defaults[len(args) :])  # torch fills them in (fill_defaults)
@@ -204,12 +206,14 @@ def autograd_function(op: CustomOp, dispatched: bool) -> Any:
     def backward(ctx: Any, *grads: Any) -> Any:
         grads = (list(grads),) if definition._returns_list else grads
         if definition._list_returns:  # the lengths' gradient (None) replaced by the lengths
-            grads = regrouped_returns((*grads[:-1], ctx._output_lengths), definition._list_returns)
-        layout = ctx._input_layout
+            grads = regrouped_returns(
+                (*grads[:-1], ctx._custom_op_output_lengths), definition._list_returns
+            )
+        layout = ctx._custom_op_input_layout
         result = stripped_backward(definition, ctx, grads, layout, extra)
         if extra == 2:  # torch checks a tensor-list op's gradients by their structure
             return structured_gradients(result, layout)
-        static = frozenset() if extra else ctx._non_tensors  # used only without metadata
+        static = frozenset() if extra else ctx._custom_op_non_tensors  # used only without metadata
         return torch_checked_gradients(name, result, len(layout), static, extra)
 
     # Named at creation: torch names the class's autograd node (``<name>Backward``) then, so the

@@ -89,7 +89,12 @@ def _schema_type(annotation: Any) -> Optional[str]:
     inner = _optional_of(annotation)
     if inner is not None:
         base = _schema_type(inner)
-        return None if base is None or base.endswith("?") else base + "?"
+        if base is None or base.endswith("?"):
+            return None
+        # torch 2.13 takes an Optional list of ints, floats or bools only (SUPPORTED_PARAM_TYPES)
+        if base.endswith("[]") and base not in ("SymInt[]", "int[]", "float[]", "bool[]"):
+            return None
+        return base + "?"
     if annotation in _SCALARS:
         name = _SCALARS[annotation][0]
         return int_type() if name == "SymInt" else name
@@ -117,7 +122,7 @@ def _return_types() -> Dict[Any, str]:
 def _return_type(annotation: Any, error: Callable[[str], Exception]) -> str:
     """The schema's returns for ``annotation``, as torch 2.13 infers them: one supported type,
     or a tuple of them (``((Tensor))`` for a one-element tuple); torch's error otherwise."""
-    if annotation is None or annotation is _NoneType:
+    if annotation is None:  # not ``type(None)``, which torch 2.13 refuses
         return "()"
     if annotation is inspect.Parameter.empty:
         raise error("No return type annotation was provided. Please add one.")

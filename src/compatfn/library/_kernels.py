@@ -16,6 +16,7 @@ from compatfn.library._infer_schema import arguments_text, declared_arguments
 from compatfn.library._no_operator import fallback_inputs, resolved
 from compatfn.library._returns import (
     as_tensor,
+    as_tensor_list,
     converted_returns,
     is_sequence,
     return_types,
@@ -324,6 +325,8 @@ def converted_output(op: CustomOp, output: Any) -> Any:
     """A kernel's ``output`` converted to what the schema returns, with torch's errors."""
     if op._scalar_returns is not None:  # See NOTE: [non-tensor returns]
         return converted_returns(op._qualname, op._scalar_returns, output)
+    if op._returns_list and not _traced(output):  # a Tensor[] alone, as pybind11 takes it
+        return as_tensor_list(output)
     return as_returned(op._tensor_returns, output)
 
 
@@ -339,7 +342,8 @@ def as_returned(count: int, output: Any) -> Any:
     schema returning ``count`` tensors (the backend kernel's return): one tensor (or None) as it
     is; for two or more, a sequence as pybind11 takes one, a 1-sequence giving its item, a list of
     ``count`` a tuple; torch's errors for anything else (a float, None for two outputs, an item
-    that is no tensor). Sequences of another length pass as they are (torch crashes on them).
+    that is no tensor; an empty sequence, converted twice). A longer sequence passes as it is once
+    its first ``count`` items are tensors (torch crashes on one of tensors alone).
     See :func:`as_autograd_returned`."""
     if count < 1 or _traced(output):
         return output
@@ -347,9 +351,11 @@ def as_returned(count: int, output: Any) -> Any:
         return as_tensor(output)
     if not is_sequence(output):
         raise TypeError(f"Object of type '{type_name(output)}' is not an instance of 'sequence'")
-    if len(output) not in (1, count):
+    if not len(output):  # no value the first time, so None the second (See _returns)
+        raise TypeError("Object of type 'NoneType' is not an instance of 'sequence'")
+    items = tuple(o if _traced(o) else as_tensor(o) for o in output[:count])
+    if len(output) not in (1, count):  # its first items converted (torch reads past them)
         return output
-    items = tuple(o if _traced(o) else as_tensor(o) for o in output)
     if len(items) == 1:
         return items[0]
     return output if type(output) is tuple else items

@@ -11,6 +11,7 @@ import torch
 
 __all__ = [
     "as_tensor",
+    "as_tensor_list",
     "converted_returns",
     "is_sequence",
     "list_return_positions",
@@ -29,7 +30,7 @@ __all__ = [
 # ``float()`` takes but a string; ``bool`` True, False, None (False) and anything whose type
 # defines ``__bool__``; ``Scalar`` a bool, an int, a float or a complex as they are; a
 # one-element tuple (``((Tensor))``) any iterable of one item; ``Tensor[]`` among several returns
-# what ``_as_tensor_list`` takes, as a list. Anything else raises pybind11's
+# what ``as_tensor_list`` takes, as a list. Anything else raises pybind11's
 # RuntimeError (``Scalar``: torch's "Cannot cast ... to number"). A kernel of an op returning
 # nothing must return None. Two or more returns take a sequence, each item by its type.
 # compatfn's tiers convert the same way; tensors alone are ``_kernels.as_returned``'s.
@@ -126,7 +127,7 @@ def as_tensor(value: Any) -> Any:
     raise RuntimeError(f"Unable to cast {value!s} to Tensor")
 
 
-def _as_tensor_list(value: Any) -> List[torch.Tensor]:
+def as_tensor_list(value: Any) -> List[torch.Tensor]:
     """A returned ``Tensor[]`` as a list, where pybind11 takes ``value`` for one (measured on
     2.13: a sequence but a string or a tensor, a set, a generator, a ``map``; not a dict nor an
     iterator such as ``iter(list)``), every item a tensor; torch's error for anything else."""
@@ -145,7 +146,7 @@ _CONVERTERS: Dict[str, Callable[[Any], Any]] = {
     "bool": _as_bool,
     "Scalar": _as_number,
     "Tensor": as_tensor,
-    "Tensor[]": _as_tensor_list,
+    "Tensor[]": as_tensor_list,
 }
 
 

@@ -77,7 +77,8 @@ def _trimming_opdef_class() -> type:
     def register_autograd(
         self: Any, backward: Callable, /, *, setup_context: Optional[Callable] = None
     ) -> None:
-        trimmed = _trim_elided_default_gradients(backward)
+        # None (or another non-callable) as torch takes it: its error comes at backward.
+        trimmed = _trim_elided_default_gradients(backward) if callable(backward) else backward
         base.register_autograd(self, trimmed, setup_context=setup_context)  # type: ignore[attr-defined]
 
     return type(base.__name__, (base,), {"register_autograd": register_autograd})
