@@ -96,8 +96,16 @@ CONTEXTS = [
 #: device; ``fake_mode``: FakeTensors under their FakeTensorMode; ``dispatch_mode``: a
 #: TorchDispatchMode sees the op (and a nested op); the transforms of ``library_oracle_transforms``
 #: (compile, export, fx, jit, vmap, torch.func); ``zero_tensors``: each tensor argument that
-#: requires no grad a ZeroTensor.
-SIDE_BY_SIDE_CONTEXTS = ["meta", "fake_mode", "dispatch_mode", "zero_tensors", *TRANSFORMS]
+#: requires no grad a ZeroTensor; ``inference_tensors``: each tensor argument an inference tensor
+#: (made in inference mode, requiring grad where drawn so), called outside inference mode.
+SIDE_BY_SIDE_CONTEXTS = [
+    "meta",
+    "fake_mode",
+    "dispatch_mode",
+    "zero_tensors",
+    "inference_tensors",
+    *TRANSFORMS,
+]
 
 
 #: What a kernel may return besides tensors (``returns``: the op's return types, in order; a case
@@ -331,6 +339,12 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
     "a TorchFunctionMode sees the op": case(context="torch_function_mode"),
     "a TorchFunctionMode, input requiring grad": case(
         "nested", grad=["x"], autograd=True, context="torch_function_mode"
+    ),
+    "inference tensors requiring grad skip autograd": case(
+        grad=["x"], autograd=True, context="inference_tensors"
+    ),
+    "inference tensors and a captured parameter": case(
+        kernel="capture_param", grad=["x"], context="inference_tensors"
     ),
     "a lazily negated view is materialized": case(context="neg_views"),
     "a lazily negated view requiring grad": case(grad=["x"], autograd=True, context="neg_views"),

@@ -148,6 +148,17 @@ def _zero_arguments(positional: list, keywords: dict) -> Tuple[list, dict, List[
     return _tensors_replaced(positional, keywords, convert)
 
 
+def _inference_arguments(positional: list, keywords: dict) -> Tuple[list, dict, List[Any]]:
+    """The call's arguments with each tensor an inference tensor of its values, requiring grad
+    where it did (made in inference mode; the call runs outside it); the tensors in order."""
+
+    def convert(t: Any) -> Any:
+        with torch.inference_mode():
+            return t.detach().clone().requires_grad_(t.requires_grad)
+
+    return _tensors_replaced(positional, keywords, convert)
+
+
 def _sparse_arguments(positional: list, keywords: dict) -> Tuple[list, dict, List[Any]]:
     """The call's arguments with each tensor that requires no grad a sparse COO tensor of its
     values (no storage); the tensors in order."""
@@ -173,6 +184,8 @@ def call_arguments(case: Dict[str, Any]) -> Tuple[list, dict, List[Any], Any]:
         keywords = {k: _neg_view(v) for k, v in keywords.items()}
     if case["context"] == "zero_tensors":
         positional, keywords, tensors = _zero_arguments(positional, keywords)
+    if case["context"] == "inference_tensors":
+        positional, keywords, tensors = _inference_arguments(positional, keywords)
     if case["context"] == "sparse":  # each tensor argument that requires no grad, sparse
         positional, keywords, tensors = _sparse_arguments(positional, keywords)
     mode: Any = contextlib.nullcontext()
@@ -193,6 +206,7 @@ AUTOCAST_DTYPE = torch.bfloat16
 _CONTEXT_NEEDS = {
     "inference_mode": ("inference_mode", torch),
     "enable_grad_in_inference": ("inference_mode", torch),
+    "inference_tensors": ("inference_mode", torch),
     "saved_tensor_hooks": ("graph", torch.autograd),
     "checkpoint": ("graph", torch.autograd),  # use_reentrant=False: torch >= 1.11
     "torch_function_mode": ("TorchFunctionMode", torch.overrides),  # torch >= 1.13

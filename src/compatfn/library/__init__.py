@@ -258,6 +258,7 @@ def register_fake(
     /,
     *,
     lib: Any = None,
+    _stacklevel: int = 1,
     allow_override: bool = True,
 ) -> Any:
     """``torch.library.register_fake`` on every torch, for ops made by :func:`custom_op`.
@@ -265,8 +266,10 @@ def register_fake(
     Example: ``register_fake("mylib::scaled_sin", lambda x, scale=1.0: torch.empty_like(x))``.
     """
     op = _name_of(op, "register_fake")
-    # torch's own keywords, passed on where torch registers (its releases without them refuse).
+    # torch's own keywords, passed on where torch registers (its releases without them refuse);
+    # ``_stacklevel`` (where torch records the registration) counts this function's frame.
     keywords = {**_lib(lib), **({} if allow_override else {"allow_override": False})}
+    keywords["_stacklevel"] = _stacklevel + 1
     if not isinstance(op, str):
         if _is_torch_operator(op):
             return torch.library.register_fake(op, func, **keywords)  # type: ignore[attr-defined]

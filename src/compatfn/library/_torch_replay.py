@@ -15,12 +15,12 @@ __all__ = ["Replay", "checked_output", "replayed", "verified"]
 
 
 def _is_what_torch_returns(state: Dict[str, Any], inputs: tuple, output: Any) -> bool:
-    """Whether ``output`` is what the schema returns and keeps torch's aliasing rule (torch
-    hands such an output on untouched)."""
+    """Whether ``output`` is what the schema returns (a tuple itself for two or more) and keeps
+    torch's aliasing rule (torch hands such an output on untouched)."""
     count = len(state["_opoverload"]._schema.returns)
     outputs = (output,) if count == 1 else output
     return (
-        isinstance(outputs, tuple)
+        type(outputs) is tuple  # a namedtuple torch 2.4-2.13 make a tuple, 2.15 hands on
         and len(outputs) == count
         and all(type(o) is torch.Tensor for o in outputs)
         and not aliases_any(inputs, outputs)
