@@ -145,6 +145,7 @@ SCALAR_VALUES: Dict[str, Callable[[], Any]] = {
     "surrogate": lambda: "\ud800",
     "str_sub": lambda: StrSub("s"),
     "bytes": lambda: b"ab",
+    "bad_bytes": lambda: b"\xff",
     "bytearray": lambda: bytearray(b"ab"),
     "dtype": lambda: torch.float64,
     "device": lambda: torch.device("cpu"),

@@ -22,8 +22,11 @@ OWN_TIERS = [t for t in TIERS if t != "torch"]
 #: Where torch 2.13's own op does something compatfn's tiers do not copy, by (type, value):
 #: torch's error for a ScalarType number outside c10's names a layout it made of the number;
 #: torch fails an internal assertion for a bool tensor in a SymInt[] (compatfn raises torch's
-#: "Expected a value of type" error). Both are errors of the same type.
+#: "Expected a value of type" error); for bytes that are not UTF-8 given for a device, torch's
+#: UnicodeDecodeError is about its own message holding them. Both are errors of the same type.
 KNOWN = {
+    ("Device", "bad_bytes"),
+    ("Device?", "bad_bytes"),
     ("ScalarType", "neg_int"),
     ("ScalarType", "int64_max"),
     ("ScalarType?", "neg_int"),
