@@ -124,9 +124,9 @@ def _to_bool(value: Any) -> Any:
 
 
 def _to_str(value: Any) -> Any:
-    """A plain str; ``bytes`` and ``bytearray`` decoded (Python's error where they are not UTF-8,
-    as torch 2.13 raises it), as torch's argument parser takes them; not a str UTF-8 cannot encode (a lone surrogate such as U+D800: torch refuses it, measured on
-    2.4-2.15)."""
+    """A plain str; ``bytes`` and ``bytearray`` decoded (Python's error where they are not
+    UTF-8, as torch 2.13 raises it), as torch's argument parser takes them; not a str UTF-8
+    cannot encode (a lone surrogate such as U+D800: torch refuses it, measured on 2.4-2.15)."""
     if type(value) is str:
         return value if value.isascii() or _utf8_encodable(value) else None
     if isinstance(value, str):
