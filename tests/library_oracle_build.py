@@ -143,14 +143,14 @@ def _kernel_source(case: Dict[str, Any]) -> str:
     body = [
         "state['calls'] += 1",
         "state['log'].append(_seen((" + ", ".join(p["name"] for p in params) + ",)))",
-        "base = x.detach().clone() if False else x * 1",
+        "base = _base(x)",
     ]
     for p in params[1:]:
         body.append(f"base = _mix(base, {p['name']})")
     kernel = case["kernel"]
     outs = [f"(base + {i})" for i in range(n)]
     if kernel == "inplace_declared" or kernel == "inplace_undeclared":
-        body.insert(2, "x.add_(1)")
+        body.insert(2, "_add_one(x)")
         # and every other argument it declares, whatever its tensor type
         body[3:3] = [f"_add_one({p['name']})" for p in params[1:] if p["name"] in case["mutates"]]
         outs = [f"(base + {i}).clone()" for i in range(n)]
@@ -166,7 +166,7 @@ def _kernel_source(case: Dict[str, Any]) -> str:
         body.append("(g,) = torch.autograd.grad((state['param'] * 2).sum(), state['param'])")
         body.append("base = base + g")
     elif kernel == "raising":
-        body.append("raise ValueError('the kernel refuses ' + str(tuple(x.shape)))")
+        body.append("raise ValueError('the kernel refuses ' + str(tuple(base.shape)))")
     special = {
         "return_input": ["x"] * n,
         "return_view": ["x.view(-1)"] * n,
@@ -232,6 +232,14 @@ def _is_conj(t: torch.Tensor) -> bool:
     return bool(getattr(t, "is_conj", lambda: False)())
 
 
+def _base(x: Any) -> torch.Tensor:
+    """What the kernel's outputs are made from: ``x * 1``; for a list of tensors their sum (or
+    zeros, as for None: a factory-like kernel)."""
+    if isinstance(x, torch.Tensor):
+        return x * 1
+    return _mix(torch.zeros(3), x)
+
+
 def _mix(base: torch.Tensor, value: Any) -> torch.Tensor:
     """``base`` changed by an argument so that its value shows in the output."""
     if isinstance(value, torch.Tensor):
@@ -280,6 +288,7 @@ def build(case: Dict[str, Any], maker: Callable, qualname: str) -> Tuple[Any, Di
         "state": state,
         "_seen": _seen,
         "_mix": _mix,
+        "_base": _base,
         "_add_one": _add_one,
         "__name__": __name__,  # torch's aliasing error names the kernel's module
     }

@@ -50,6 +50,11 @@ TENSOR_VALUES = {
     "List[Tensor]": ["tensors2", "tensors0", "tensors2", "tensor", "none_in_list", "generator"],
     "List[Optional[Tensor]]": ["tensors2", "tensor_and_none", "tensors0", "none_in_list"],
 }
+#: The type of the first parameter ``x``: mostly a tensor; ``Optional[Tensor]`` or
+#: ``List[Tensor]``, for which ``None`` or ``[]`` is drawn too (with no other tensor, a call
+#: without tensors: torch's Autograd kernel does not run, a factory-like kernel).
+FIRST_TYPES = ["Tensor", "Tensor", "Tensor", "Optional[Tensor]", "List[Tensor]"]
+FIRST_VALUES = {"Optional[Tensor]": [None, "tensor"], "List[Tensor]": ["tensors0", "tensors2"]}
 #: An explicit ``schema=``: none, the inferred one, one with a float for each int, one with other
 #: defaults than the kernel's own.
 SCHEMAS = ["none", "none", "given", "float_for_int", "other_defaults"]
@@ -183,6 +188,10 @@ def cases(draw: Any, contexts: List[str] = CONTEXTS) -> Dict[str, Any]:
         returns = draw(st.lists(st.sampled_from(RETURNS), max_size=2))
         returns.insert(draw(st.integers(0, len(returns))), draw(st.sampled_from(RETURNS[:2])))
         drawn.update(returns=returns, outputs=len(returns))
+    first = draw(st.sampled_from(FIRST_TYPES))
+    if first != "Tensor":  # a call without a tensor where None or [] is drawn for it
+        params[0]["type"] = first
+        args[0]["value"] = draw(st.sampled_from(FIRST_VALUES[first]))
     return drawn
 
 
@@ -256,6 +265,22 @@ def _refused_after_generator(args: List[Dict[str, Any]]) -> Dict[str, Any]:
 
 
 REGRESSIONS: Dict[str, Dict[str, Any]] = {
+    "a meta integer tensor for a List[int]": _with_scalar(
+        "List[int]", "none", "int_vector", context="meta"
+    ),
+    "a mutating op called without a tensor returns a 1-tuple for two outputs": case(
+        "one_tuple",
+        2,
+        params=[
+            {"name": "x", "type": "Optional[Tensor]", "default": "none"},
+            {"name": "a0", "type": "float", "default": "none", "kw_only": True},
+        ],
+        args=[{"how": "pos", "value": None}, {"how": "kw", "value": 2.0}],
+        mutates=["x"],
+    ),
+    "a mutating op with an inference tensor returns a 1-tuple for two outputs": case(
+        "one_tuple", 2, mutates=["x"], context="inference_tensors"
+    ),
     "a list for a tuple runs the kernel once": case("list_for_tuple", 2),
     "a list for a tuple, input requiring grad": case(
         "list_for_tuple", 2, grad=["x"], autograd=True
@@ -579,6 +604,19 @@ REGRESSIONS: Dict[str, Dict[str, Any]] = {
 #: Explicit cases of the transform contexts (``library_oracle_transforms``), shrunk failures
 #: included: compared side by side only (torch >= 2.4), so they are not in the stored set.
 TRANSFORM_REGRESSIONS: Dict[str, Dict[str, Any]] = {
+    "compiled without a tensor, a meta kernel and no fake kernel": case(
+        params=[{"name": "x", "type": "Optional[Tensor]", "default": "none"}],
+        args=[{"how": "pos", "value": None}],
+        meta_kernel="before_fake",
+        context="compile",
+    ),
+    "a declared mutation of a tensor list the exported function captures": case(
+        "inplace_undeclared",
+        params=[_X, {"name": "a0", "type": "List[Tensor]", "default": "none"}],
+        args=[{"how": "pos", "value": "tensor"}, {"how": "pos", "value": "tensors2"}],
+        mutates=["a0", "x"],
+        context="export",
+    ),
     "compiled, with autograd and a fake kernel": case(
         grad=["x"], autograd=True, fake=True, context="compile"
     ),

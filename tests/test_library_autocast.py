@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import library_oracle
+from compatfn import core
 from library_support import TIERS, fresh, make
 
 
@@ -222,3 +223,33 @@ def test_register_autocast_checks_and_returns_as_torchs(tier):
     else:
         expected = _TORCH_REGISTRATION_OUTCOMES
     assert _registration_outcomes(op, seen) == expected
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("device_type", ["xla", "mtia", "maia"])
+def test_register_autocast_for_a_device_type_without_an_autocast_key(tier, device_type):
+    """torch 2.13's own op refuses it with an AttributeError, each time (its dispatcher has no
+    such Autocast key; measured on 2.13 and 2.15; compatfn's tiers before: accepted it)."""
+
+    @make(tier, "autocast_keyless")
+    def keyless(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    if not hasattr(keyless, "register_autocast"):
+        pytest.skip(f"torch {torch.__version__}'s CustomOpDef has no register_autocast (2.5+)")
+    if not _has_autocast_for(device_type):
+        pytest.skip(f"torch {torch.__version__} has no autocast for {device_type}: refused")
+    key = "Autocast" + device_type.upper()
+    for _ in range(2):
+        with pytest.raises(AttributeError, match=f"has no attribute '{key}'"):
+            keyless.register_autocast(device_type, torch.float16)
+
+
+def _has_autocast_for(device_type: str) -> bool:
+    """Whether this torch has autocast for ``device_type`` (else compatfn's tiers refuse the rule
+    with an error of their own, tested with the other refusals)."""
+    try:
+        core._autocast_api(device_type)
+    except ValueError:
+        return False
+    return torch._C._is_autocast_available(device_type)

@@ -33,6 +33,7 @@ KNOWN = {
     ("ScalarType?", "int64_max"),
     ("SymInt[]", "list:tensor0_bool"),
     ("SymInt[]?", "list:tensor0_bool"),
+    ("SymInt[2]", "list:tensor0_bool"),
 }
 
 _DECLARATION = re.compile(r"\nDeclaration: [^\n]*")

@@ -133,6 +133,20 @@ def compare(case: Dict[str, Any], tier: str) -> None:
     _assert_same(case, tier, got, expected)
 
 
+def _real_tensors_under_fake(case: Dict[str, Any], generator: bool) -> bool:
+    """Whether ``case`` hands a FakeTensorMode real tensors in a declared-mutated argument: a
+    generator under ``fake_mode``, or a tensor list where a tracer fakes only a function's own
+    tensor arguments (``library_oracle_transforms``: the list is a constant of the function)."""
+    if case["context"] == "fake_mode":
+        return generator
+    if case["context"] not in ("export", "export_strict", "make_fx"):
+        return False
+    return any(
+        p["name"] in case["mutates"] and p["type"].startswith("List") and a["how"] != "left_out"
+        for p, a in zip(case["params"], case["args"])
+    )
+
+
 def tier_difference(case: Dict[str, Any], tier: str, expected: Any = None) -> Any:
     """Why ``tier`` cannot give torch's outcome for ``case`` on any torch, or None (``expected``:
     torch's outcome where known; a difference that needs torch's call to get as far as the
@@ -173,12 +187,14 @@ def tier_difference(case: Dict[str, Any], tier: str, expected: Any = None) -> An
             "operator the list it converted; torch's own op hands fx the generator, which fx "
             "cannot record (NotImplementedError)"
         )
-    if tier == "registered" and case["context"] == "fake_mode" and case["mutates"] and generator:
+    if tier == "registered" and case["mutates"] and _real_tensors_under_fake(case, generator):
         return (
-            "a declared mutation under a FakeTensorMode that refuses the call (the tensors of a "
-            "generator are no FakeTensors): torch's ADInplaceOrView kernel bumps the version "
-            "before the mode refuses it; the registered tier bumps it in its fake kernel, which "
-            "never runs (torch before 2.4 has no ADInplaceOrView guard in Python)"
+            "a declared mutation of real tensors in a call a FakeTensorMode handles (the "
+            "tensors of a generator are no FakeTensors and the mode refuses the call; a traced "
+            "function's tensor list is a constant the tracer copies): torch's ADInplaceOrView "
+            "kernel bumps the real tensors' versions first; the registered tier bumps them in "
+            "its fake kernel, which sees FakeTensors or never runs (torch before 2.4 has no "
+            "ADInplaceOrView guard in Python)"
         )
     # Contexts where the registered tier's call goes through the operator (a traced graph
     # replayed by fx or TorchScript calls it too).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 import typing
@@ -292,3 +293,38 @@ def test_what_torch_2_13_refuses_is_refused(fn, refused):
     ``type(None)``) for no return (compatfn took them; found by a hostile probe)."""
     with pytest.raises(ValueError, match=refused):
         compatfn_infer_schema(fn, mutates_args=())
+
+
+class _CallableKernel:
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+
+def _scaled(x: torch.Tensor, s: float) -> torch.Tensor:
+    return x * s
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize(
+    "kernel", [functools.partial(_scaled, s=2.0), _CallableKernel()], ids=["partial", "callable"]
+)
+def test_a_kernel_without_globals_is_refused_as_torch_refuses_it(tier, kernel):
+    """torch's ``infer_schema`` reads the kernel's ``__globals__`` first: a partial or a callable
+    object raises its AttributeError (torch 2.13, measured; compatfn's tiers took them before);
+    with an explicit ``schema=`` it is a kernel like any other."""
+    with pytest.raises(AttributeError, match="object has no attribute '__globals__'"):
+        make(tier, "no_globals")(kernel)
+    with pytest.raises(AttributeError, match="__globals__"):
+        compatfn_infer_schema(kernel, mutates_args=())
+    op = make(tier, "no_globals", schema="(Tensor x) -> Tensor")(kernel)
+    assert torch.equal(op(torch.ones(1)), torch.full((1,), 2.0))
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_builtin_kernel_with_a_schema(tier):
+    """A kernel Python has no signature for (``torch.sin``) with an explicit ``schema=``, as
+    torch's own op takes it (compatfn's tiers raised ValueError before)."""
+    op = make(tier, "builtin", schema="(Tensor x) -> Tensor")(torch.sin)
+    x = torch.ones(2, requires_grad=True)
+    assert torch.equal(op(x.detach()), torch.sin(x.detach()))
+    assert torch.equal(op(x), torch.sin(x.detach()))

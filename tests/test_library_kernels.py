@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from compatfn import library
+from compatfn.library import _facts
 from library_support import TIERS, fresh, make, side_by_side
 
 
@@ -373,3 +374,123 @@ def test_a_fake_kernels_output_is_converted_as_torchs(tier, returned):
         assert found == _fake_output_outcome(control, returned)
     else:
         assert found.startswith("Unable to cast"), found
+
+
+#: What torch 2.13's own op hands the kernel, setup_context and backward for
+#: ``f(x, d: torch.device = "cpu", *, e: torch.device = "cpu")`` called with an input requiring
+#: grad and these arguments (measured): a value equal to the default is left out of the
+#: kernel's call (it gets its own str), and setup_context gets the schema's default, a device.
+_DEVICE_DEFAULT_CASES = [
+    ((), {}, ("'cpu'", "'cpu'"), "device(type='cpu')", (True,)),
+    (("cpu",), {"e": "cpu"}, ("'cpu'", "'cpu'"), "device(type='cpu')", (True,)),
+    ((torch.device("cpu"),), {}, ("'cpu'", "'cpu'"), "device(type='cpu')", (True,)),
+    (
+        ("cpu:0",),
+        {"e": "cpu:0"},
+        ("device(type='cpu', index=0)", "device(type='cpu', index=0)"),
+        "device(type='cpu', index=0)",
+        (True, False),
+    ),
+    (("cuda",), {}, ("device(type='cuda')", "'cpu'"), "device(type='cuda')", (True, False)),
+]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("case", range(len(_DEVICE_DEFAULT_CASES)))
+def test_a_device_parameter_with_a_str_default(tier, case):
+    """A ``torch.device`` parameter with a str default is left out of the kernel's call when
+    the argument equals it, as torch's dispatcher leaves it out (compatfn's tiers before: the
+    kernel got ``torch.device("cpu")``, and ``ctx.needs_input_grad`` an entry for it)."""
+    args, kwargs, kernel_saw, setup_saw, needs = _DEVICE_DEFAULT_CASES[case]
+    seen: List[Any] = []
+    refused = []
+    for make_op in side_by_side(tier, "device_default"):
+        seen.clear()
+
+        def kernel(x, d="cpu", *, e="cpu"):  # type: ignore[no-untyped-def]
+            seen.append((repr(d), repr(e)))
+            return x.clone()
+
+        # objects, not this module's string annotations (torch 2.4's own op refuses those)
+        kernel.__annotations__ = {
+            "x": torch.Tensor,
+            "d": torch.device,
+            "e": torch.device,
+            "return": torch.Tensor,
+        }
+
+        def setup_context(ctx: Any, inputs: Any, output: Any, **keyword_only: Any) -> None:
+            seen.append(repr(inputs[1]))
+
+        def backward(ctx: Any, grad: torch.Tensor) -> Any:
+            seen.append(tuple(ctx.needs_input_grad))
+            return grad, None
+
+        try:
+            op = make_op(kernel)
+        except ValueError as error:  # torch 2.4 takes no str default: the torch tier neither
+            refused.append(str(error))
+            continue
+        op.register_autograd(backward, setup_context=setup_context)
+        op(torch.ones(1, requires_grad=True), *args, **kwargs).sum().backward()
+        assert seen[:2] == [kernel_saw, setup_saw]
+        if _facts.NEEDS_INPUT_GRAD_WRITABLE:  # else as setup_context saw it (custom-ops.md)
+            assert seen[2] == needs
+    if refused:  # then by torch's own op as by compatfn's
+        assert len(refused) == 2 and all("unsupported default" in r for r in refused)
+
+
+#: What torch 2.13's own op hands the kernel ``k(x, c=2j)`` of ``(Tensor x, complex c=1j)``,
+#: its setup_context and backward, with an input requiring grad (measured): an argument equal
+#: to the schema's default is left out (the kernel gets its own), anything else converted.
+_COMPLEX_DEFAULT_CASES = [
+    ((), "2j", (1j,), (True,)),
+    ((1j,), "2j", (1j,), (True,)),
+    ((3j,), "3j", (3j,), (True, False)),
+    ((1,), "(1+0j)", (1 + 0j,), (True, False)),
+    ((True,), "(1+0j)", (1 + 0j,), (True, False)),
+]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("case", range(len(_COMPLEX_DEFAULT_CASES)))
+def test_a_complex_argument_equal_to_its_default_is_left_out(tier, case):
+    """A ``complex`` in an explicit schema: converted as torch converts it, and left out of the
+    kernel's call where it equals its default (compatfn's tiers before: passed as given)."""
+    args, kernel_saw, setup_saw, needs = _COMPLEX_DEFAULT_CASES[case]
+    seen: List[Any] = []
+
+    def kernel(x, c=2j):  # type: ignore[no-untyped-def]
+        seen.append(repr(c))
+        return x.clone()
+
+    define = make(tier, "complex_default", schema="(Tensor x, complex c=1j) -> Tensor")
+    if not _parses_complex_defaults():  # torch 1.8: its parser's error, naming the op
+        with pytest.raises(RuntimeError, match="complex_default"):
+            define(kernel)
+        return
+    op = define(kernel)
+
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        seen.append(tuple(inputs[1:]))
+
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        seen.append(tuple(ctx.needs_input_grad))
+        return grad, None
+
+    op.register_autograd(backward, setup_context=setup_context)
+    op(torch.ones(1, requires_grad=True), *args).sum().backward()
+    assert seen[:2] == [kernel_saw, setup_saw]
+    if _facts.NEEDS_INPUT_GRAD_WRITABLE:  # else as setup_context saw it (custom-ops.md)
+        assert seen[2] == needs
+    seen.clear()
+    op(torch.ones(1), *args)
+    assert seen[0] == kernel_saw
+
+
+def _parses_complex_defaults() -> bool:
+    try:
+        torch._C.parse_schema("f(complex c=1j) -> Tensor")
+    except RuntimeError:
+        return False
+    return True

@@ -519,3 +519,42 @@ def test_a_failed_definition_leaves_nothing_behind(tier):
         make(tier, "", mutates_args={"nope"}, qualname=qualname)(_plus_one)
     op = make(tier, "", qualname=qualname)(_plus_one)
     assert torch.equal(op(torch.zeros(1)), torch.ones(1))
+
+
+@pytest.mark.parametrize("tier", [t for t in TIERS if t == "registered"])
+@pytest.mark.parametrize(
+    "tags",
+    [
+        None,
+        "pointwise",
+        ("pointwise", "pointwise"),
+        "generator",
+        ("pt2_compliant_tag", "pointwise"),
+    ],
+)
+def test_the_operator_has_the_tags_torchs_own_op_gives_it(tier, tags):
+    """As torch's own custom_op: ``pt2_compliant_tag`` first (where torch has it), then the
+    op's own tags, each once; one tag or any iterable of them (compatfn's tiers before: the
+    tags as given, without ``pt2_compliant_tag``; a generator refused). The torch tier's are
+    torch's own (2.4 adds ``needs_fixed_stride_order``)."""
+    if tags is not None and not _registration._define_takes_tags():
+        pytest.skip(f"torch {torch.__version__} attaches no tags to an operator (refused)")
+    given: Any = tags
+    if tags == "generator":
+        given = (getattr(torch.Tag, name) for name in ("pointwise", "pointwise"))
+    elif isinstance(tags, str):
+        given = getattr(torch.Tag, tags)
+    elif tags is not None:
+        given = tuple(getattr(torch.Tag, name) for name in tags)
+    qualname = f"{fresh(tier)}::tagged"
+
+    @make(tier, "tagged", qualname=qualname, tags=given)
+    def tagged(x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    namespace, name = qualname.split("::")
+    found = getattr(getattr(torch.ops, namespace), name).default.tags
+    pt2_tag = getattr(getattr(torch, "Tag", None), "pt2_compliant_tag", None)
+    pt2 = [] if pt2_tag is None or not _registration._define_takes_tags() else [pt2_tag]
+    expected = pt2 + ([] if tags is None else [torch.Tag.pointwise])
+    assert found == expected

@@ -67,7 +67,7 @@ from compatfn.library._facts import (
 from compatfn.library._infer_schema import infer_schema
 from compatfn.library._opcheck import DEFAULT_TEST_UTILS, OpCheckError, opcheck
 from compatfn.library._torch_tier import define_with_torch
-from compatfn.library._utils import device_types_tuple, parse_qualname
+from compatfn.library._utils import device_types_tuple, parse_qualname, tags_tuple
 
 # What ``compatfn`` itself re-exports; the other public names (module docstring) are used from
 # this module.
@@ -153,7 +153,6 @@ def _custom_op(
     def make(f: Callable) -> Any:
         if tier == "torch":
             return define_with_torch(name, f, mutates_args, device_types, schema, tags)
-        listed = () if tags is None else (tags,) if not isinstance(tags, (list, tuple)) else tags
         return CustomOp(
             name,
             f,
@@ -161,7 +160,7 @@ def _custom_op(
             device_types_tuple(device_types),
             schema,
             tier == "registered",
-            tuple(listed),
+            tags_tuple(tags),
         )
 
     return make if fn is None else make(fn)

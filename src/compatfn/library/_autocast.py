@@ -16,7 +16,13 @@ from compatfn.library._utils import tensors_in
 if TYPE_CHECKING:
     from compatfn.library._custom_ops import CustomOp
 
-__all__ = ["autocast_kernel", "autocast_rule", "call_autocast", "check_autocast_device_type"]
+__all__ = [
+    "autocast_kernel",
+    "autocast_rule",
+    "call_autocast",
+    "check_autocast_device_type",
+    "check_autocast_key",
+]
 
 # NOTE: [a custom op's autocast rule]
 # torch runs an op's autocast rule (``register_autocast``) as the op's kernel for the Autocast
@@ -60,6 +66,10 @@ _AUTOCAST_DEVICE_TYPES = frozenset(
     ["cpu", "cuda", "xpu", "mps", "hpu", "xla", "ipu", "mtia", "maia", "privateuseone"]
 )
 
+#: Those of them torch 2.13's own op refuses with this AttributeError, each time (its dispatcher
+#: has no such Autocast key: measured on 2.13 and 2.15).
+_NO_AUTOCAST_KEY = {"xla": "AutocastXLA", "mtia": "AutocastMTIA", "maia": "AutocastMAIA"}
+
 
 def _is_autocast_available(device_type: str) -> bool:
     """Whether torch 2.13's ``register_autocast`` takes ``device_type`` (its errors for a device
@@ -90,12 +100,22 @@ def check_autocast_device_type(op: CustomOp, device_type: Any) -> None:
             raise ValueError(f"{op._qualname}: register_autocast: {error}") from None
 
 
+def check_autocast_key(device_type: str) -> None:
+    """torch 2.13's error registering a rule for a device type its dispatcher has no Autocast
+    key for (See ``_NO_AUTOCAST_KEY``)."""
+    key = _NO_AUTOCAST_KEY.get(device_type)
+    if key is not None:
+        raise AttributeError(f"type object 'torch._C.DispatchKey' has no attribute '{key}'")
+
+
 def autocast_rule(op: CustomOp, inputs: tuple) -> Optional[Tuple[str, torch.dtype]]:
     """The device type and dtype of the autocast rule a call of ``op`` with ``inputs`` reaches
     (See NOTE: [a custom op's autocast rule]), if any."""
     for device_type, dtype in op._autocast.items():
-        if _autocast_enabled(device_type)() and any(
-            t.device.type == device_type for t in tensors_in(inputs)
+        if (
+            device_type not in _NO_AUTOCAST_KEY
+            and _autocast_enabled(device_type)()
+            and any(t.device.type == device_type for t in tensors_in(inputs))
         ):
             return device_type, dtype
     return None

@@ -11,6 +11,7 @@ import torch
 
 from compatfn.library._facts import HAS_NAMED_TENSORS
 from compatfn.library._infer_schema import declared_arguments, schema_for_this_torch
+from compatfn.library._scalars import utf8_encodable
 from compatfn.library._utils import tensors_in
 
 if TYPE_CHECKING:
@@ -90,10 +91,10 @@ _THE_VALUE: Any = object()
 def _printable(value: Any) -> bool:
     """Whether ``str(value)`` is text UTF-8 can encode (not a lone surrogate)."""
     try:
-        str(value).encode()
-    except Exception:  # UnicodeEncodeError, or a __str__ that raises
+        text = str(value)
+    except Exception:  # a __str__ that raises
         return False
-    return True
+    return utf8_encodable(text)
 
 
 def expected_error(

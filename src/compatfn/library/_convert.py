@@ -20,7 +20,8 @@ from compatfn.library._call_errors import expected_error, floats_as_torch_prints
 from compatfn.library._facts import HAS_ZERO_TENSOR
 from compatfn.library._infer_schema import arguments_text
 from compatfn.library._no_operator import needs_dispatcher
-from compatfn.library._scalars import LIST_ITEMS, SCALARS
+from compatfn.library._returns import is_sequence
+from compatfn.library._scalars import LIST_ITEMS, SCALARS, in_int64
 from compatfn.library._schema_facts import int_type
 
 if TYPE_CHECKING:
@@ -44,7 +45,10 @@ MISSING: Any = _MissingType()
 #: whether None passes, and the function that converts a value (or raises torch's error).
 Conversion = Tuple[Optional[type], bool, Callable[[Any], Any]]
 
-_ARGUMENT = re.compile(r"(?P<type>[A-Za-z]+(?:\([^)]*\))?\??(?:\[\])?\??) (?P<name>\w+)")
+_ARGUMENT = re.compile(r"(?P<type>[A-Za-z]+(?:\([^)]*\))?\??(?:\[\d*\])?\??) (?P<name>\w+)")
+
+#: A parameter's type: the item's type, then ``[]`` or ``[N]`` for a list (``int[2]``).
+_LIST_TYPE = re.compile(r"(.*?)(\[(\d*)\])?")
 
 
 # NOTE: [what the dispatcher takes for a list]
@@ -64,11 +68,8 @@ _ARGUMENT = re.compile(r"(?P<type>[A-Za-z]+(?:\([^)]*\))?\??(?:\[\])?\??) (?P<na
 
 
 def _is_sequence(value: Any) -> bool:
-    """A sequence in CPython's sense that is not a tensor, a str or a mapping (its type's own
-    methods: an enum member's class has ``__len__`` from its metaclass)."""
-    if isinstance(value, (torch.Tensor, str, bytes, dict)):
-        return False
-    return _type_has(type(value), "__len__") and _type_has(type(value), "__getitem__")
+    """A sequence in CPython's sense (``is_sequence``) that is not a str or bytes."""
+    return is_sequence(value) and not isinstance(value, (str, bytes))
 
 
 def _pybind_length(value: Any, error: Callable[..., RuntimeError]) -> None:
@@ -79,10 +80,6 @@ def _pybind_length(value: Any, error: Callable[..., RuntimeError]) -> None:
             len(value)
         except TypeError as exc:
             raise error(value, python_error=exc) from None
-
-
-def _type_has(kind: type, name: str) -> bool:
-    return any(name in vars(k) for k in kind.__mro__)
 
 
 #: The types, by name, that pybind11 3 takes for a ``std::vector`` beside sequences, sets and
@@ -129,26 +126,33 @@ def _is_tensor_like(value: Any) -> bool:
     return isinstance(value, torch.Tensor) or hasattr(value, "__torch_function__")
 
 
+def _pybind_vector(value: Any, error: Callable[..., RuntimeError]) -> List[Any]:
+    """The items pybind11's vector caster reads from ``value``; torch's error where it refuses
+    it."""
+    if not _vector_like(value):
+        raise error(value)
+    _pybind_length(value, error)
+    return list(value)
+
+
+def _iterated(value: Any, error: Callable[..., RuntimeError]) -> Tuple[Any, List[Any]]:
+    """(its iterator, the items) as torch's own loop reads ``value``: any iterable; torch's
+    error with Python's where ``iter()`` refuses it."""
+    try:
+        iterator = iter(value)
+    except TypeError as exc:
+        raise error(value, python_error=exc) from None
+    return iterator, list(iterator)
+
+
 def _tensor_list(error: Callable[..., RuntimeError], optional_items: bool) -> Callable[[Any], Any]:
     """A ``Tensor[]`` (``Tensor?[]``: ``optional_items``) argument as the dispatcher takes it
     (See NOTE: [what the dispatcher takes for a list])."""
 
-    def items_of(value: Any) -> List[Any]:
-        if not optional_items:  # pybind11's vector caster
-            if not _vector_like(value):
-                raise error(value)
-            _pybind_length(value, error)
-            return list(value)
-        try:  # torch's own loop: any iterable
-            iterator = iter(value)
-        except TypeError as exc:
-            raise error(value, python_error=exc) from None
-        return list(iterator)
-
     def converted(value: Any) -> Any:
         if _is_proxy(value):
             return value
-        items = items_of(value)
+        items = _iterated(value, error)[1] if optional_items else _pybind_vector(value, error)
         for item in items:
             if not (_is_tensor_like(item) or (optional_items and item is None)):
                 raise error(value, item) if optional_items else error(value)
@@ -170,9 +174,8 @@ def _conversion(
     qualname: str, schema: str, name: str, schema_type: str, inferred: bool, operator: bool
 ) -> Optional[Conversion]:
     optional = schema_type.endswith("?")
-    base = schema_type.rstrip("?")
-    is_list = base.endswith("[]")
-    base = base[: -len("[]")] if is_list else base
+    base, brackets, size = _LIST_TYPE.fullmatch(schema_type.rstrip("?")).groups()  # type: ignore[union-attr]
+    is_list = brackets is not None
 
     def error(value: Any, *culprit: Any, **python_error: Any) -> RuntimeError:
         return expected_error(qualname, schema, name, shown, value, *culprit, **python_error)
@@ -198,30 +201,41 @@ def _conversion(
         if (value is None and optional) or _is_proxy(value):
             return value
         if is_list:
+            if size and isinstance(value, repeated):
+                return _repeated(value)
             return _scalar_list(value)
         result = convert(value)
         if result is None:
             raise error(value)
         return result
 
+    # NOTE: [a list of a given size]
+    # For ``int[N]`` torch takes an int (``isinstance``: a bool too) as N copies of it, and for
+    # ``float[N]`` a float; ``SymInt[N]``, ``bool[N]`` and ``Scalar[N]`` take lists only, and no
+    # list's length is checked against N (torch 2.13, measured).
+    # Upstream: https://github.com/pytorch/pytorch/blob/v2.13.0/torch/csrc/jit/python/pybind_utils.h
+    repeated = {"int": int, "float": float}.get(base, ()) if not symint else ()
+
+    def _repeated(value: Any) -> List[Any]:
+        if base == "float":
+            return [float.__float__(value)] * int(size)
+        if not in_int64(value):
+            raise error(value)
+        return [int.__index__(value)] * int(size)
+
     def _scalar_list(value: Any) -> List[Any]:
         if symint and _is_integer_vector(value):  # an operator reads it where it is called
             return value if operator and needs_dispatcher() else _values(value)
+        if symint and isinstance(value, torch.Tensor) and value.device.type == "meta":
+            raise error(value)  # no values to read: torch refuses it as a whole
         if base == "Scalar" or symint:
             return _read_list(value)
-        if not _vector_like(value):
-            raise error(value)
-        _pybind_length(value, error)
-        return _items(value, list(value), whole=True)
+        return _items(value, _pybind_vector(value, error), whole=True)
 
     def _read_list(value: Any) -> List[Any]:
         """A ``SymInt[]`` or ``Scalar[]``, which torch reads itself (See NOTE: [what the
         dispatcher takes for a list])."""
-        try:
-            iterator = iter(value)
-        except TypeError as exc:
-            raise expected_error(qualname, schema, name, shown, value, python_error=exc) from None
-        values = list(iterator)
+        iterator, values = _iterated(value, error)
         if symint and iterator is value:  # read twice: the second time finds it empty
             _items(value, [v for v in values if isinstance(v, torch.Tensor)])  # checked first
             return []

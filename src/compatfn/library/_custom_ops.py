@@ -51,12 +51,15 @@ from compatfn.library._infer_schema import (
     check_no_keyword_only_tensors,
     check_no_view_returns,
     infer_schema,
+    kernel_signature,
     schema_for_this_torch,
     schema_signature,
     spaced_schema,
     tensor_parameters,
+    with_schema_defaults,
 )
 from compatfn.library._kernels import (
+    ad_inplace_or_view_runs,
     as_autograd_returned,
     bump_zero_tensors,
     check_device_argument,
@@ -143,12 +146,14 @@ class CustomOp(Registrations):
         self._schema = schema if schema is not None else infer_schema(fn, mutates_args=mutates_args)
         check_operator_name(qualname, None if schema is None else schema_for_this_torch(schema))
         check_no_keyword_only_tensors(self._full_name, self._schema, tags)
-        self._signature = inspect.signature(fn)
+        self._signature = kernel_signature(fn)
         #: The kernel's own defaults (by position; keyword-only ones by name): what it gets for
         #: an argument the dispatcher leaves out (See NOTE: [arguments equal to their defaults]).
         self._kernel_defaults = self._own_defaults()
         if schema is not None:  # calls bind as the schema says
-            self._signature = schema_signature(self._full_name, schema, fn)
+            self._signature = schema_signature(self._full_name, schema, self._signature)
+        else:
+            self._signature = with_schema_defaults(self._signature, fn)
         params = list(self._signature.parameters.values())
         self._positional = [p.name for p in params if p.kind is not p.KEYWORD_ONLY]
         self._keyword_only = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
@@ -296,7 +301,7 @@ class CustomOp(Registrations):
             not self._keyword_only
             and not self._mutated
             and not self._autocast
-            and "[]" not in self._schema
+            and "[" not in self._schema
             and "Tensor?" not in self._schema
             and list(self._kernels) == [None]
             and self._kernels[None] is self._init_fn  # its signature is the op's
@@ -379,7 +384,7 @@ class CustomOp(Registrations):
         kernel_call = (self, inputs, count, kernel_keywords(self, keyword_only))
         if excluded or inference:
             output = run_kernel(*kernel_call)
-            if self._mutated and not inference:  # torch's ADInplaceOrView kernel returns it
+            if self._mutated and ad_inplace_or_view_runs(tensors):  # its kernel returns it
                 return self._listed(as_autograd_returned(self._tensor_returns, output))
             return self._listed(output)
         if BelowAutograd is None:  # torch 1.8: a graph the kernel recorded is dropped

@@ -18,10 +18,10 @@ from compatfn.library._convert import (
 )
 from compatfn.library._dispatch_state import (
     HAS_INFERENCE_MODE,
-    HAS_IS_INFERENCE,
     BelowAutograd,
-    autograd_excluded,
     dispatcher_test_source,
+    excluded_source,
+    inference_lines,
     is_tracing,
     profiler_enabled,
 )
@@ -122,8 +122,7 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     through_autograd = f"({requires_grad}) and $grad_enabled()"
     # Every tensor is an inference tensor (torch 1.9 makes them but cannot tell them), or there is
     # no tensor: torch's Autograd kernel does not run, even for a tensor that requires grad.
-    inference = " and ".join(f"{t}.is_inference()" for t in tensors if HAS_IS_INFERENCE)
-    inference = inference or ("False" if tensors else "True")
+    short, inference = inference_lines(tensors, globals_, "True")
     if inference not in ("False", "True"):
         through_autograd = f"{through_autograd} and not ({inference})"
     if op._opoverload is None:
@@ -136,12 +135,11 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
     count = op._tensor_returns
     globals_.update(count=count, autograd_returned=as_autograd_returned)
     again = "$autograd_returned($count, {})"
-    short = []
-    globals_["excluded"] = autograd_excluded
+    excluded = excluded_source(globals_)
     if BelowAutograd is not None:  # See NOTE: [where torch's Autograd kernel runs]
         below = [f"    {line}" for line in below_autograd_lines(call, globals_)]
         if count >= 2:
-            short += ["if $excluded():", f"    {call}", f"    return {checked}"]
+            short += [f"if {excluded}:", f"    {call}", f"    return {checked}"]
             short += [f"elif {through_autograd}:", *apply]
             short += [f"    return {again.format('$out')}", f"elif {inference}:"]
             short += [f"    {call}", f"    return {checked}", "else:", *below]
@@ -149,12 +147,12 @@ def _short_path_lines(op: CustomOp, globals_: Dict[str, Any]) -> List[str]:
             return [f"if {' and '.join(plain) or 'True'}:"] + [f"    {line}" for line in short]
         # forward checked the output already (checked_output): handed on as apply returns it.
         # See NOTE: [the guard where autograd is excluded]
-        short += [f"if ({through_autograd}) and not $excluded():", *apply]
+        short += [f"if ({through_autograd}) and not {excluded}:", *apply]
         short += ["    return $out", f"elif {inference}:", f"    {call}", "else:", *below]
     else:  # torch 1.8 to 1.12: no guard; a graph the kernel recorded is dropped
         branch = "if"
         if HAS_INFERENCE_MODE or not tensors:  # 1.9-1.12: inference mode excludes autograd
-            short += [f"if $excluded() or {inference}:", f"    {call}"]
+            short += [f"if {excluded} or {inference}:", f"    {call}"]
             if count >= 2:
                 short += [f"    return {checked}"]
             branch = "elif"

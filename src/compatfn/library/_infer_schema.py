@@ -20,6 +20,7 @@ from compatfn.library._schema_facts import (
     int_type,
     parser_reads_dtype_names,
 )
+from compatfn.library._utils import tags_tuple
 
 __all__ = [
     "SCALAR_TYPES",
@@ -29,11 +30,13 @@ __all__ = [
     "check_no_view_returns",
     "declared_arguments",
     "infer_schema",
+    "kernel_signature",
     "schema_arguments",
     "schema_for_this_torch",
     "schema_signature",
     "spaced_schema",
     "tensor_parameters",
+    "with_schema_defaults",
 ]
 
 _NoneType = type(None)
@@ -169,7 +172,8 @@ def infer_schema(
         >>> infer_schema(f, mutates_args=(), op_name="scale")
         'scale(Tensor x, float scale=2.0) -> Tensor'
     """
-    listed = () if tags is None else (tags,) if not isinstance(tags, (list, tuple)) else tags
+    _ = prototype_function.__globals__  # torch reads it first: a partial's AttributeError
+    listed = tags_tuple(tags)
     if any(getattr(tag, "name", None) in ("inplace", "out") for tag in listed):
         return _torchs_own_with_tags(prototype_function, mutates_args, op_name, tuple(listed))
     schema = _inferred(prototype_function, mutates_args)
@@ -350,14 +354,47 @@ def schema_arguments(schema: str) -> List[str]:
 _ANNOTATIONS = {"Tensor": torch.Tensor, "int": int, "SymInt": int, "float": float, "bool": bool}
 
 
-def schema_signature(name: str, schema: str, fn: Callable) -> inspect.Signature:
+def kernel_signature(fn: Callable) -> inspect.Signature:
+    """``fn``'s signature; an empty one where Python has none (a builtin such as ``torch.sin``,
+    which torch's own op takes as a kernel with an explicit ``schema=``; ``infer_schema`` has
+    refused it before this where there is none)."""
+    try:
+        return inspect.signature(fn)
+    except ValueError:
+        return inspect.Signature()
+
+
+def with_schema_defaults(sig: inspect.Signature, fn: Callable) -> inspect.Signature:
+    """``sig`` (``fn``'s) with each str default of a ``torch.device`` parameter as the inferred
+    schema holds it, a ``torch.device``: the dispatcher compares an argument with that, and
+    setup_context gets it for an argument left out; the kernel still gets its own str (See
+    NOTE: [arguments equal to their defaults]).
+
+    Example::
+
+        >>> def f(x: torch.Tensor, d: torch.device = "cpu") -> torch.Tensor: ...
+        >>> with_schema_defaults(inspect.signature(f), f).parameters["d"].default
+        device(type='cpu')
+    """
+
+    def held(p: inspect.Parameter) -> inspect.Parameter:
+        annotation = _resolve(p.annotation, fn)
+        if type(p.default) is str and torch.device in (annotation, _optional_of(annotation)):
+            return p.replace(default=torch.device(p.default))
+        return p
+
+    return sig.replace(parameters=[held(p) for p in sig.parameters.values()])
+
+
+def schema_signature(name: str, schema: str, kernel: inspect.Signature) -> inspect.Signature:
     """The signature a call of an op with an explicit ``schema=`` binds to: the schema's
     parameter names, keyword-only ones and defaults (torch's dispatcher binds by the schema, not
     by the kernel's own signature).
 
     Example::
 
-        >>> schema_signature("f", "(Tensor x, *, int n=4) -> Tensor", lambda x, n=1: x)
+        >>> kernel = inspect.signature(lambda x, n=1: x)
+        >>> schema_signature("f", "(Tensor x, *, int n=4) -> Tensor", kernel)
         <Signature (x: torch.Tensor, *, n: int = 4)>
     """
     arguments = torch._C.parse_schema(name + schema_for_this_torch(schema)).arguments
@@ -376,7 +413,7 @@ def schema_signature(name: str, schema: str, fn: Callable) -> inspect.Signature:
         parameters.append(
             inspect.Parameter(argument.name, kind, default=default, annotation=annotation)
         )
-    return inspect.Signature(parameters, return_annotation=inspect.signature(fn).return_annotation)
+    return inspect.Signature(parameters, return_annotation=kernel.return_annotation)
 
 
 def declared_arguments(schema: str) -> List[Tuple[str, str]]:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 __all__ = [
+    "ad_inplace_or_view_runs",
     "as_autograd_returned",
     "as_returned",
     "bump_zero_tensors",
@@ -242,7 +243,8 @@ def run_kernel(
         inputs = resolved(op, inputs)
     if fake:  # from torch's registry: FakeTensors on their device, or meta tensors
         tensors = tensors_in(inputs)
-        kernel = _meta_kernel_for(op, bool(tensors) and tensors[0].device.type != "meta")
+        # No tensor: only a FakeTensorMode calls it (the fake kernel alone, as torch's own op)
+        kernel = _meta_kernel_for(op, not tensors or tensors[0].device.type != "meta")
     else:
         kernel = kernel_for(op, inputs)
     output = kernel(*inputs[:count], **keywords)
@@ -383,6 +385,19 @@ def is_inference(t: torch.Tensor) -> bool:
 
 def _false() -> bool:
     return False
+
+
+def ad_inplace_or_view_runs(tensors: List[torch.Tensor]) -> bool:
+    """Whether torch's ADInplaceOrView kernel runs for a call with ``tensors``: its key is in
+    the thread's default include set, which inference mode takes it out of; there a tensor that
+    is no inference tensor brings it (measured on torch 2.13: a mutating op's second conversion
+    of its output, for a call without tensors too)."""
+    if not _INFERENCE_MODE_ENABLED():
+        return True
+    return not all(is_inference(t) for t in tensors)
+
+
+_INFERENCE_MODE_ENABLED: Callable[[], bool] = getattr(torch, "is_inference_mode_enabled", _false)
 
 
 def check_no_alias(

@@ -19,7 +19,11 @@ from typing import (
 import torch
 
 from compatfn.library import _registration
-from compatfn.library._autocast import autocast_kernel, check_autocast_device_type
+from compatfn.library._autocast import (
+    autocast_kernel,
+    check_autocast_device_type,
+    check_autocast_key,
+)
 from compatfn.library._kernels import check_device_argument, check_device_types, kernel_switched
 from compatfn.library._utils import device_types_tuple
 
@@ -160,6 +164,7 @@ class Registrations:
         """
         op = self._op()
         check_autocast_device_type(op, device_type)
+        check_autocast_key(device_type)
         self._autocast.setdefault(device_type, cast_inputs)
         op._regenerate_call()
         return autocast_kernel(op, device_type, cast_inputs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -70,6 +70,13 @@ def _define_takes_tags() -> bool:
     return "tags" in inspect.signature(torch.library.Library.define).parameters
 
 
+def _with_pt2_compliant_tag(tags: Sequence[Any]) -> Tuple[Any, ...]:
+    """The tags torch's own custom_op gives its operator: ``pt2_compliant_tag`` first (where
+    this torch has it: 2.1+), then the op's own."""
+    pt2 = getattr(torch.Tag, "pt2_compliant_tag", None)
+    return tuple(tags) if pt2 is None else (pt2, *(tag for tag in tags if tag != pt2))
+
+
 def check_tags(qualname: str, tags: Sequence[Any], registered: bool) -> None:
     """Refuse, at definition, tags this torch cannot attach to an operator (a ``registered``
     one, or none: the ``function`` tier defines no operator)."""
@@ -99,8 +106,8 @@ def define(op: CustomOp, tags: Sequence[Any]) -> None:
         return
     op._library = library_for(op._namespace, op._qualname)
     schema = op._full_name + schema_for_this_torch(op._schema)
-    if tags:
-        op._library.define(schema, tags=tuple(tags))
+    if _define_takes_tags():
+        op._library.define(schema, tags=_with_pt2_compliant_tag(tags))
     else:
         op._library.define(schema)
     packet = getattr(getattr(torch.ops, op._namespace), op._name)

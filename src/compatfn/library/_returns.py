@@ -9,6 +9,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from compatfn.library._scalars import in_int64
+
 __all__ = [
     "as_tensor",
     "as_tensor_list",
@@ -45,7 +47,6 @@ __all__ = [
 # 'Tensor' is not an instance of 'sequence'", ``[[]]`` for ``(Tensor[], int)`` returns None,
 # ``[]`` raises for NoneType (measured on 2.13 for each, under no-grad and inference mode too).
 
-_INT64 = (-(2**63), 2**63 - 1)
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
 
 
@@ -66,10 +67,16 @@ def type_name(value: Any) -> str:
 
 
 def is_sequence(value: Any) -> bool:
-    """What pybind11 takes for a ``sequence`` (``PySequence_Check``): not a dict or a tensor."""
+    """What pybind11 takes for a ``sequence`` (``PySequence_Check``): not a dict or a tensor; the
+    type's own methods (an enum member's class has ``__len__`` from its metaclass only)."""
     if isinstance(value, (dict, torch.Tensor)):
         return False
-    return hasattr(type(value), "__getitem__") and hasattr(type(value), "__len__")
+    return _type_has(type(value), "__getitem__") and _type_has(type(value), "__len__")
+
+
+def _type_has(kind: type, name: str) -> bool:
+    """Whether ``kind`` or a class it derives from defines ``name`` (not its metaclass)."""
+    return any(name in vars(k) for k in kind.__mro__)
 
 
 def _as_int(value: Any) -> int:
@@ -79,7 +86,7 @@ def _as_int(value: Any) -> int:
         except Exception:
             pass
         else:
-            if _INT64[0] <= result <= _INT64[1]:
+            if in_int64(result):
                 return result
     raise _cast_error(value)
 
@@ -110,7 +117,7 @@ def _as_number(value: Any) -> Any:
     if isinstance(value, bool):  # first: a bool is an int
         return value
     if isinstance(value, int):
-        if not _INT64[0] <= value <= _INT64[1]:
+        if not in_int64(value):
             raise OverflowError("int too big to convert")
         return int(value)
     if isinstance(value, float):

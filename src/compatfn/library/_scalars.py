@@ -14,7 +14,7 @@ from compatfn.library._schema_facts import (
     ENUM_NUMBERS,
 )
 
-__all__ = ["LIST_ITEMS", "NUMBER_KIND", "SCALARS"]
+__all__ = ["LIST_ITEMS", "NUMBER_KIND", "SCALARS", "in_int64", "utf8_encodable"]
 
 
 #: The exact type :data:`SCALARS` gives a ``Scalar``: no value has it, so every number is
@@ -35,6 +35,9 @@ NUMBER_KIND: type = type("Number", (), {"__module__": __name__})
 # - ``bool``: True, False, None (False) and any object whose type has ``__bool__`` returning a
 #   bool (numbers, numpy scalars, a one-element tensor, a range; not a str, bytes or a list).
 # - ``str``: a str (a subclass as a plain str) UTF-8 can encode, bytes or a bytearray decoded.
+# - ``complex``: ``complex(value)`` for an object with ``__complex__``, ``__float__`` or
+#   ``__index__`` (a one-element tensor, numpy's scalars, a Decimal; not one with ``__int__``
+#   alone, not a str), within float's range.
 
 
 def _number_check(value: Any) -> bool:
@@ -49,6 +52,14 @@ def _number_check(value: Any) -> bool:
 
 
 _INT64_MIN, _INT64_END = -(2**63), 2**63
+
+
+def in_int64(value: int) -> bool:
+    """Whether the int ``value`` fits c10's int64 (comparisons, not ``in range(...)``: that is a
+    linear scan for an int subclass on Python 3.8)."""
+    return _INT64_MIN <= value < _INT64_END
+
+
 #: c10's MemoryFormat numbers: an ``int`` argument takes a memory format as its number (torch
 #: 2.13, measured), a ``Scalar`` does not.
 # Upstream: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/core/MemoryFormat.h
@@ -80,8 +91,6 @@ def _to_float(value: Any) -> Any:
 def _to_int(value: Any) -> Any:
     """An ``int`` argument: a dtype, layout or memory format its c10 number, else
     ``_to_symint`` (See NOTE: [what the dispatcher takes for a scalar])."""
-    if type(value) is int:
-        return value if _INT64_MIN <= value < _INT64_END else None
     if isinstance(value, _ENUMS):
         return _INT_NUMBERS.get(value)
     return _to_symint(value)
@@ -91,7 +100,7 @@ def _to_symint(value: Any) -> Any:
     """An int as pybind11 casts one (a ``SymInt`` argument, an item of an ``int[]``); None
     (torch's error) otherwise (See NOTE: [what the dispatcher takes for a scalar])."""
     if type(value) is int:
-        return value if _INT64_MIN <= value < _INT64_END else None
+        return value if in_int64(value) else None
     if isinstance(value, float):
         return None
     try:
@@ -106,7 +115,7 @@ def _to_symint(value: Any) -> Any:
     except Exception:  # an __index__ that raises something else
         return None
     result = int(result)  # an int subclass's value (a bool as 0 or 1)
-    return result if _INT64_MIN <= result < _INT64_END else None
+    return result if in_int64(result) else None
 
 
 def _to_bool(value: Any) -> Any:
@@ -128,7 +137,7 @@ def _to_str(value: Any) -> Any:
     UTF-8, as torch 2.13 raises it), as torch's argument parser takes them; not a str UTF-8
     cannot encode (a lone surrogate such as U+D800: torch refuses it, measured on 2.4-2.15)."""
     if type(value) is str:
-        return value if value.isascii() or _utf8_encodable(value) else None
+        return value if value.isascii() or utf8_encodable(value) else None
     if isinstance(value, str):
         return _to_str("".join((value,)))  # a plain str of a subclass's characters
     if isinstance(value, (bytes, bytearray)):  # not UTF-8: Python's UnicodeDecodeError, as torch's
@@ -136,12 +145,25 @@ def _to_str(value: Any) -> Any:
     return None
 
 
-def _utf8_encodable(value: str) -> bool:
+def utf8_encodable(value: str) -> bool:
     try:
         value.encode()
     except UnicodeEncodeError:
         return False
     return True
+
+
+def _to_complex(value: Any) -> Any:
+    """A complex as pybind11 casts one (See NOTE: [what the dispatcher takes for a scalar])."""
+    kind = type(value)
+    if kind is complex:
+        return value
+    if not any(hasattr(kind, name) for name in ("__complex__", "__float__", "__index__")):
+        return None
+    try:
+        return complex(value)
+    except Exception:  # beyond float's range; a tensor or an array of several elements
+        return None
 
 
 def _to_device(value: Any) -> Any:
@@ -214,6 +236,7 @@ SCALARS: Dict[str, Tuple[type, str, Callable[[Any], Any]]] = {
     "Device": (torch.device, "Device", _to_device),
     "ScalarType": (torch.dtype, "int", _to_dtype),
     "Scalar": (NUMBER_KIND, "number", _to_number),
+    "complex": (complex, "complex", _to_complex),
 }
 
 #: Schema base type -> the converter of each item of a list of it (``int[]``, ``SymInt[]``: no

@@ -19,9 +19,10 @@ from compatfn.library._convert import (
 )
 from compatfn.library._dispatch_state import (
     any_autocast_enabled,
-    autograd_excluded,
     dispatch_mode_count,
+    excluded_source,
     forward_ad,
+    inference_lines,
     is_tracing,
     profiler_enabled,
     torch_function_mode_enabled,
@@ -36,7 +37,7 @@ from compatfn.library._generated import (
     generated_function,
     shows_torchs_call_signature,
 )
-from compatfn.library._infer_schema import _resolve
+from compatfn.library._infer_schema import _resolve, kernel_signature
 from compatfn.library._storage import (
     distinct_storage_source,
     fallback_source,
@@ -113,8 +114,8 @@ def _simple_kinds(opdef: Any) -> Optional[List[Tuple[str, Any]]]:
     if not returns or any(r.alias_info is not None or str(r.type) != "Tensor" for r in returns):
         return None
     fn = opdef._init_fn
-    params = list(inspect.signature(fn).parameters.values())
-    if len(params) != len(schema.arguments):
+    params = list(kernel_signature(fn).parameters.values())
+    if len(params) != len(schema.arguments):  # a builtin kernel has none: torch's own call
         return None
     kinds: List[Tuple[str, Any]] = []
     for p, arg in zip(params, schema.arguments):
@@ -190,10 +191,10 @@ def _short_path_lines(
     g["kernel"] = opdef._init_fn
     call = ", ".join(names)
     # See NOTE: [where torch's Autograd kernel runs]
-    g["excluded"] = autograd_excluded
+    excluded = excluded_source(g)
     g["grad_enabled"] = torch.is_grad_enabled
     grad = f"({' or '.join(f'{t}.requires_grad' for t in tensors) or 'False'}) and $grad_enabled()"
-    inference = " and ".join(f"{t}.is_inference()" for t in tensors) or "False"
+    inference_block, inference = inference_lines(tensors, g, "False")
     distinct = distinct_storage_source("$out", tensors)
     inputs = "(" + call + ("," if len(names) == 1 else "") + ")"
     # After the defaults are filled: each argument has exactly the type the schema wants.
@@ -206,21 +207,17 @@ def _short_path_lines(
                 scalars.append(f"not -0x8000000000000000 <= {name} <= 0x7FFFFFFFFFFFFFFF")
             if kind is str:  # and a str UTF-8 cannot encode (a lone surrogate)
                 scalars.append(f"not {name}.isascii()")
-    body = []
-    if scalars:
-        body += [
-            f"if {' or '.join(scalars)}:",
-            f"    {dispatch}",
-        ]
+    body = [f"if {' or '.join(scalars)}:", f"    {dispatch}"] if scalars else []
+    body += inference_block
     direct = [*_elided_defaults_lines(kinds, g, "    "), f"    $out = $kernel({call})"]
     if AUTOGRAD_KERNEL_ALWAYS_APPLIES:
-        body += [f"if $excluded() or {inference}:", *direct]
+        body += [f"if {excluded} or {inference}:", *direct]
         body += ["else:", *_apply_lines(opdef, kinds, tensors, g)]
     else:  # See NOTE: [the guard where autograd is excluded]
         # Inference tensors alone, one requiring grad included: torch's Autograd kernel does not
         # run.
-        grad += f" and not ({inference})" if tensors else ""
-        body += [f"if {grad} and not $excluded():", *_apply_lines(opdef, kinds, tensors, g)]
+        grad += f" and not {inference}" if tensors else ""
+        body += [f"if {grad} and not {excluded}:", *_apply_lines(opdef, kinds, tensors, g)]
         body += [f"elif {inference}:", *direct]
         body += [
             "else:",

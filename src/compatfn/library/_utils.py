@@ -111,6 +111,16 @@ def device_types_tuple(device_types: Union[str, Sequence[str], None]) -> Optiona
     return tuple(device_types)
 
 
+def tags_tuple(tags: Any) -> Tuple[Any, ...]:
+    """``tags`` as torch's ``custom_op`` keeps them: one tag or any iterable of them, the first
+    of each kept (``custom_op(..., tags=(torch.Tag.pointwise,) * 2)`` has it once)."""
+    if tags is None:
+        return ()
+    if isinstance(tags, getattr(torch, "Tag", ())):
+        return (tags,)
+    return tuple(dict.fromkeys(tags))
+
+
 def dispatch_key(device: Optional[str]) -> str:
     """The dispatch key of a kernel for ``device`` (None: every device, as in torch)."""
     if device is None:
@@ -268,7 +278,7 @@ def elidable(op: CustomOp, p: inspect.Parameter) -> bool:
 
 #: The types of defaults a schema can have that an argument can equal (the dispatcher compares
 #: them as values).
-_ELIDABLE_DEFAULTS = (int, float, bool, str, list, torch.dtype, torch.device)
+_ELIDABLE_DEFAULTS = (int, float, bool, complex, str, list, torch.dtype, torch.device)
 
 
 def elidable_tail(op: CustomOp) -> int:
