@@ -112,10 +112,8 @@ def autocast_rule(op: CustomOp, inputs: tuple) -> Optional[Tuple[str, torch.dtyp
     """The device type and dtype of the autocast rule a call of ``op`` with ``inputs`` reaches
     (See NOTE: [a custom op's autocast rule]), if any."""
     for device_type, dtype in op._autocast.items():
-        if (
-            device_type not in _NO_AUTOCAST_KEY
-            and _autocast_enabled(device_type)()
-            and any(t.device.type == device_type for t in tensors_in(inputs))
+        if _autocast_enabled(device_type)() and any(
+            t.device.type == device_type for t in tensors_in(inputs)
         ):
             return device_type, dtype
     return None

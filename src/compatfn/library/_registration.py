@@ -72,7 +72,7 @@ def _define_takes_tags() -> bool:
 
 def _with_pt2_compliant_tag(tags: Sequence[Any]) -> Tuple[Any, ...]:
     """The tags torch's own custom_op gives its operator: ``pt2_compliant_tag`` first (where
-    this torch has it: 2.1+), then the op's own."""
+    this torch has it: 2.2+), then the op's own."""
     pt2 = getattr(torch.Tag, "pt2_compliant_tag", None)
     return tuple(tags) if pt2 is None else (pt2, *(tag for tag in tags if tag != pt2))
 
