@@ -43,6 +43,7 @@ from compatfn.library._storage import (
 )
 from compatfn.library._utils import (
     below_autograd_lines,
+    compared_kind,
     default_elidable,
     detached,
     elidable,
@@ -311,8 +312,8 @@ def _equal_test(op: CustomOp, name: str, default: str, value: Any, globals_: Dic
     and the operator leaves it out itself. A ``Scalar`` of the default's own kind only (See
     NOTE: [arguments equal to their defaults])."""
     kind = op._conversions.get(name, (list,))[0] or list
-    if kind is NUMBER_KIND:  # a Scalar
-        kind = type(value)
+    if kind is NUMBER_KIND or compared_kind(kind, value) is not kind:  # a Scalar, a str default
+        kind = compared_kind(kind, value)
     elif op._opoverload is None or not HAS_DYNAMO:
         return f"{name} == {default}"
     globals_[f"exactly_{name}"] = kind
@@ -324,6 +325,8 @@ def _kept_as_written(default: Any, kind: Any, optional: bool) -> bool:
     out: it is what converting it would give, or a number of another kind than the parameter's,
     which the dispatcher leaves out of the call (See NOTE: [arguments equal to their defaults])."""
     if (default is None and optional) or (kind is not None and type(default) is kind):
+        return True
+    if optional and kind is torch.device and type(default) is str:  # See with_schema_defaults
         return True
     numeric = type(default) in (int, float, bool)
     return kind is not None and numeric and not default_elidable(default, kind)

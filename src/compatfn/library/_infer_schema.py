@@ -368,7 +368,8 @@ def with_schema_defaults(sig: inspect.Signature, fn: Callable) -> inspect.Signat
     """``sig`` (``fn``'s) with each str default of a ``torch.device`` parameter as the inferred
     schema holds it, a ``torch.device``: the dispatcher compares an argument with that, and
     setup_context gets it for an argument left out; the kernel still gets its own str (See
-    NOTE: [arguments equal to their defaults]).
+    NOTE: [arguments equal to their defaults]). An ``Optional[torch.device]``'s str default
+    stays a str: no argument equals it, and setup_context gets the str (torch 2.13, measured).
 
     Example::
 
@@ -379,7 +380,7 @@ def with_schema_defaults(sig: inspect.Signature, fn: Callable) -> inspect.Signat
 
     def held(p: inspect.Parameter) -> inspect.Parameter:
         annotation = _resolve(p.annotation, fn)
-        if type(p.default) is str and torch.device in (annotation, _optional_of(annotation)):
+        if type(p.default) is str and annotation is torch.device:
             return p.replace(default=torch.device(p.default))
         return p
 

@@ -22,13 +22,13 @@ from compatfn.library._returns import (
     return_types,
     type_name,
 )
-from compatfn.library._scalars import NUMBER_KIND
 from compatfn.library._storage import (
     aliases_any,
     other_backend,
 )
 from compatfn.library._utils import (
     bump_version,
+    compared_kind,
     dispatch_key,
     elidable,
     tensors_in,
@@ -279,7 +279,7 @@ def keyword_defaults(op: CustomOp) -> Dict[str, Tuple[Any, Any]]:
             found[p.name] = (None, None)
         elif elidable(op, p):
             kind = op._conversions.get(p.name, (None,))[0] or list  # None: converted to a list
-            found[p.name] = (p.default, type(p.default) if kind is NUMBER_KIND else kind)
+            found[p.name] = (p.default, compared_kind(kind, p.default))
     return found
 
 

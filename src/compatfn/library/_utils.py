@@ -273,7 +273,17 @@ def elidable(op: CustomOp, p: inspect.Parameter) -> bool:
     kind = op._conversions.get(p.name, (None,))[0]  # the argument's exact type
     if kind is NUMBER_KIND:  # a Scalar, whose kind is the argument's own
         return type(p.default) in (int, float, bool)
-    return kind is None or default_elidable(p.default, kind)
+    return kind is None or default_elidable(p.default, compared_kind(kind, p.default))
+
+
+def compared_kind(kind: Any, default: Any) -> Any:
+    """The exact type of an argument that can equal ``default`` where the parameter's converted
+    type is ``kind``: a Scalar's own kind, and a str for an ``Optional[torch.device]``'s str
+    default (the argument left out: a given one is a device, which never equals it; See
+    ``with_schema_defaults``)."""
+    if kind is NUMBER_KIND or (kind is torch.device and type(default) is str):
+        return type(default)
+    return kind
 
 
 #: The types of defaults a schema can have that an argument can equal (the dispatcher compares
