@@ -3,6 +3,7 @@ disabled, and unknown device types."""
 
 from __future__ import annotations
 
+import inspect
 import re
 import typing
 from typing import Any, Callable, List, Optional
@@ -402,42 +403,64 @@ def test_a_device_parameter_with_a_str_default(tier, case):
     the argument equals it, as torch's dispatcher leaves it out (compatfn's tiers before: the
     kernel got ``torch.device("cpu")``, and ``ctx.needs_input_grad`` an entry for it)."""
     args, kwargs, kernel_saw, setup_saw, needs = _DEVICE_DEFAULT_CASES[case]
-    seen: List[Any] = []
+
+    def kernel(x, d="cpu", *, e="cpu"):  # type: ignore[no-untyped-def]
+        return (repr(d), repr(e)), x.clone()
+
+    annotations = {"x": torch.Tensor, "d": torch.device, "e": torch.device}
+    runs = _device_default_runs(tier, kernel, annotations, args, kwargs)
+    for seen in runs:
+        assert seen[:2] == [kernel_saw, setup_saw]
+        if _facts.NEEDS_INPUT_GRAD_WRITABLE:  # else as setup_context saw it (custom-ops.md)
+            assert seen[2] == needs
+
+
+def _device_default_runs(
+    tier: str, kernel: Callable, annotations: dict, args: tuple, kwargs: dict
+) -> List[List[Any]]:
+    """What the kernel (returning what it saw and its output), setup_context (the second
+    argument) and backward (``ctx.needs_input_grad``) saw in one call with an input requiring
+    grad, for compatfn's op on ``tier`` and, on the torch tier, torch's own; where torch 2.4
+    refuses the str default, both refuse it (and nothing ran)."""
+    runs: List[List[Any]] = []
     refused = []
     for make_op in side_by_side(tier, "device_default"):
-        seen.clear()
+        seen: List[Any] = []
 
-        def kernel(x, d="cpu", *, e="cpu"):  # type: ignore[no-untyped-def]
-            seen.append((repr(d), repr(e)))
-            return x.clone()
+        def recorded(*a: Any, **k: Any) -> torch.Tensor:
+            what, out = kernel(*a, **k)
+            seen.append(what)  # noqa: B023 (called before the loop moves on)
+            return out  # type: ignore[no-any-return]
 
-        # objects, not this module's string annotations (torch 2.4's own op refuses those)
-        kernel.__annotations__ = {
-            "x": torch.Tensor,
-            "d": torch.device,
-            "e": torch.device,
-            "return": torch.Tensor,
-        }
+        # the kernel's signature with objects as annotations (torch 2.4's own op refuses this
+        # module's string annotations)
+        signature = inspect.signature(kernel)
+        parameters = [
+            p.replace(annotation=annotations[p.name]) for p in signature.parameters.values()
+        ]
+        recorded.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=parameters, return_annotation=torch.Tensor
+        )
+        recorded.__annotations__ = {**annotations, "return": torch.Tensor}
 
         def setup_context(ctx: Any, inputs: Any, output: Any, **keyword_only: Any) -> None:
-            seen.append(repr(inputs[1]))
+            seen.append(repr(inputs[1]))  # noqa: B023
 
         def backward(ctx: Any, grad: torch.Tensor) -> Any:
-            seen.append(tuple(ctx.needs_input_grad))
+            seen.append(tuple(ctx.needs_input_grad))  # noqa: B023
             return grad, None
 
         try:
-            op = make_op(kernel)
+            op = make_op(recorded)
         except ValueError as error:  # torch 2.4 takes no str default: the torch tier neither
             refused.append(str(error))
             continue
         op.register_autograd(backward, setup_context=setup_context)
         op(torch.ones(1, requires_grad=True), *args, **kwargs).sum().backward()
-        assert seen[:2] == [kernel_saw, setup_saw]
-        if _facts.NEEDS_INPUT_GRAD_WRITABLE:  # else as setup_context saw it (custom-ops.md)
-            assert seen[2] == needs
+        runs.append(seen)
     if refused:  # then by torch's own op as by compatfn's
         assert len(refused) == 2 and all("unsupported default" in r for r in refused)
+    return runs
 
 
 #: What torch 2.13's own op hands the kernel ``k(x, c=2j)`` of ``(Tensor x, complex c=1j)``,
@@ -513,34 +536,12 @@ def test_an_optional_device_parameter_with_a_str_default(tier, case):
     """compatfn's tiers before: a given "cuda:1" was left out as equal to the default, and
     setup_context got a device for an argument left out."""
     args, kernel_saw, setup_saw, needs = _OPTIONAL_DEVICE_DEFAULT_CASES[case]
-    seen: List[Any] = []
-    for make_op in side_by_side(tier, "optional_device_default"):
-        seen.clear()
 
-        def kernel(x, d="cuda:1"):  # type: ignore[no-untyped-def]
-            seen.append(repr(d))
-            return x.clone()
+    def kernel(x, d="cuda:1"):  # type: ignore[no-untyped-def]
+        return repr(d), x.clone()
 
-        kernel.__annotations__ = {
-            "x": torch.Tensor,
-            "d": Optional[torch.device],
-            "return": torch.Tensor,
-        }
-
-        def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
-            seen.append(repr(inputs[1]))
-
-        def backward(ctx: Any, grad: torch.Tensor) -> Any:
-            seen.append(tuple(ctx.needs_input_grad))
-            return grad, None
-
-        try:
-            op = make_op(kernel)
-        except ValueError as error:  # torch 2.4 takes no str default: the torch tier neither
-            assert "unsupported default" in str(error)
-            continue
-        op.register_autograd(backward, setup_context=setup_context)
-        op(torch.ones(1, requires_grad=True), *args).sum().backward()
+    annotations = {"x": torch.Tensor, "d": Optional[torch.device]}
+    for seen in _device_default_runs(tier, kernel, annotations, args, {}):
         assert seen[:2] == [kernel_saw, setup_saw]
         if _facts.NEEDS_INPUT_GRAD_WRITABLE:  # else as setup_context saw it (custom-ops.md)
             assert seen[2] == needs
