@@ -36,7 +36,6 @@ from compatfn.library._facts import (
 )
 from compatfn.library._generated import generated_function, shows_torchs_call_signature
 from compatfn.library._kernels import as_autograd_returned, checked_output
-from compatfn.library._scalars import NUMBER_KIND
 from compatfn.library._storage import (
     distinct_output_returned,
     fallback_source,
@@ -312,11 +311,10 @@ def _equal_test(op: CustomOp, name: str, default: str, value: Any, globals_: Dic
     and the operator leaves it out itself. A ``Scalar`` of the default's own kind only (See
     NOTE: [arguments equal to their defaults])."""
     kind = op._conversions.get(name, (list,))[0] or list
-    if kind is NUMBER_KIND or compared_kind(kind, value) is not kind:  # a Scalar, a str default
-        kind = compared_kind(kind, value)
-    elif op._opoverload is None or not HAS_DYNAMO:
+    compared = compared_kind(kind, value)  # a Scalar's, an optional device's str default
+    if compared is kind and (op._opoverload is None or not HAS_DYNAMO):
         return f"{name} == {default}"
-    globals_[f"exactly_{name}"] = kind
+    globals_[f"exactly_{name}"] = compared
     return f"$type({name}) is $exactly_{name} and {name} == {default}"
 
 
@@ -324,9 +322,9 @@ def _kept_as_written(default: Any, kind: Any, optional: bool) -> bool:
     """Whether a parameter's default reaches the kernel unconverted when the argument is left
     out: it is what converting it would give, or a number of another kind than the parameter's,
     which the dispatcher leaves out of the call (See NOTE: [arguments equal to their defaults])."""
-    if (default is None and optional) or (kind is not None and type(default) is kind):
+    if default is None and optional:
         return True
-    if optional and kind is torch.device and type(default) is str:  # See with_schema_defaults
+    if kind is not None and type(default) is compared_kind(kind, default):
         return True
     numeric = type(default) in (int, float, bool)
     return kind is not None and numeric and not default_elidable(default, kind)
